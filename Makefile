@@ -1,0 +1,45 @@
+# aer_trl developer targets. Every target uses the project's virtualenv at .venv/.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Where no NVIDIA GPU is visible, pin the CPU build of torch (here it installs from local disk in seconds);
+# on a GPU machine pip resolves the CUDA build that trl/vllm ask for. Override with `make install TORCH_SPEC=...`.
+TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "" || echo "torch==2.13.0")
+EXTRAS ?= dev,deepspeed,notebooks
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install test test-fast lint format demo train bench notebooks clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+install: $(BIN)/python
+	@if [ -n "$(TORCH_SPEC)" ]; then echo "installing $(TORCH_SPEC) (CPU)"; $(BIN)/pip install -q "$(TORCH_SPEC)"; fi
+	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+	@$(BIN)/python -c "import torch, trl, aer_trl; print('aer_trl', aer_trl.__version__, '| trl', trl.__version__, '| torch', torch.__version__)"
+
+test:
+	$(BIN)/python -m pytest -q
+
+test-fast:
+	$(BIN)/python -m pytest -q -m "not distributed and not slow"
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format:
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+# The main job: GRPO and AER on the laptop lab, metrics per run, one figure and a pass@k table.
+demo:
+	$(BIN)/python -m aer_trl.lab.demo --output_dir runs/demo
+
+train:
+	$(BIN)/accelerate launch recipes/train.py
+
+clean:
+	rm -rf runs outputs .pytest_cache .ruff_cache

@@ -1,0 +1,103 @@
+"""`AERCallback`: owns the AER controller (α, H0, H*) and updates α once per rollout batch (C2 + C3)."""
+
+from __future__ import annotations
+
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
+
+from .controller import AERController
+
+
+class AERCallback(TrainerCallback, ExportableState):
+    """Updates the global coefficient α from the measured policy entropy, once per AER iteration.
+
+    The trainer measures the token-weighted entropy of a whole rollout batch (all micro-batches, all processes) and
+    hands it over with :meth:`submit_entropy` when the last micro-step on that batch is done; the callback applies the
+    C3 update at the end of that step (``on_step_end`` or ``on_substep_end``). Its state is saved in every checkpoint
+    through transformers' stateful callbacks and restored on resume, so the α trajectory continues exactly.
+    """
+
+    def __init__(
+        self,
+        tau: float = 0.4,
+        eta: float = 0.005,
+        alpha_init: float = 0.0,
+        alpha_max: float | None = None,
+        target_entropy: float | None = None,
+        adaptive: bool = True,
+    ):
+        self.controller = AERController(
+            tau=tau,
+            eta=eta,
+            alpha=alpha_init,
+            alpha_max=alpha_max,
+            target_entropy=target_entropy,
+            adaptive=adaptive,
+        )
+        self._init_args = {
+            "tau": tau,
+            "eta": eta,
+            "alpha_init": alpha_init,
+            "alpha_max": alpha_max,
+            "target_entropy": target_entropy,
+            "adaptive": adaptive,
+        }
+        self.pending_entropy: float | None = None
+
+    @classmethod
+    def from_args(cls, args) -> AERCallback:
+        return cls(
+            tau=args.aer_tau,
+            eta=args.aer_eta,
+            alpha_init=args.aer_alpha_init,
+            alpha_max=args.aer_alpha_max,
+            target_entropy=args.aer_target_entropy,
+            adaptive=args.aer_adaptive,
+        )
+
+    # -- read by the trainer ------------------------------------------------------------------------------------
+    @property
+    def alpha(self) -> float:
+        return self.controller.alpha
+
+    @property
+    def initial_entropy(self) -> float | None:
+        return self.controller.initial_entropy
+
+    @property
+    def target_entropy(self) -> float | None:
+        return self.controller.target
+
+    def submit_entropy(self, entropy: float) -> None:
+        """The trainer's measurement of H_t for the rollout batch that just finished."""
+        self.pending_entropy = float(entropy)
+
+    # -- transformers events ------------------------------------------------------------------------------------
+    def _apply_pending(self) -> None:
+        if self.pending_entropy is not None:
+            self.controller.observe(self.pending_entropy)
+            self.pending_entropy = None
+
+    def on_substep_end(self, args, state, control, **kwargs):
+        self._apply_pending()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._apply_pending()
+
+    # -- ExportableState ----------------------------------------------------------------------------------------
+    def state(self) -> dict:
+        ctrl = self.controller.state_dict()
+        return {
+            "args": dict(self._init_args),
+            "attributes": {
+                "controller_state": ctrl,
+            },
+        }
+
+    @property
+    def controller_state(self) -> dict:
+        return self.controller.state_dict()
+
+    @controller_state.setter
+    def controller_state(self, value: dict) -> None:
+        self.controller.load_state_dict(value)

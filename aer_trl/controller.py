@@ -1,0 +1,136 @@
+"""Pure AER math (paper §4, SPEC §1). No trainer imports: tensors and floats in, tensors and floats out.
+
+- C1 difficulty-aware coefficient: ``difficulty_coefficients``
+- C2 initial-anchored target entropy and C3 dynamic global coefficient: ``AERController`` / ``update_alpha``
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = [
+    "group_accuracy",
+    "hard_mask",
+    "difficulty_coefficients",
+    "sign",
+    "update_alpha",
+    "AERController",
+]
+
+
+def group_accuracy(correct: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """Per-completion group accuracy g(q) = mean correctness of the completions of q's group.
+
+    Args:
+        correct: shape ``(N,)``, 1.0 correct / 0.0 wrong / NaN unscorable, grouped contiguously
+            (``num_generations`` consecutive completions share a prompt, as TRL lays them out).
+        num_generations: group size G.
+
+    Returns:
+        Shape ``(N,)``: every completion gets its group's accuracy over the scorable completions.
+        A group with no scorable completion gets NaN.
+    """
+    if correct.dim() != 1:
+        raise ValueError(f"`correct` must be 1-D, got shape {tuple(correct.shape)}")
+    if num_generations < 1 or correct.numel() % num_generations != 0:
+        raise ValueError(
+            f"`correct` has {correct.numel()} entries, which is not a multiple of num_generations={num_generations}"
+        )
+    groups = correct.float().view(-1, num_generations)
+    g = torch.nanmean(groups, dim=1)  # NaN when the whole group is NaN
+    return g.repeat_interleave(num_generations)
+
+
+def hard_mask(group_acc: torch.Tensor, rho: float) -> torch.Tensor:
+    """Which prompts are hard: ρ − g > 0, or g = 0 when ρ = 0. NaN (unscorable group) is never hard."""
+    if rho == 0:
+        return group_acc == 0
+    return (rho - group_acc) > 0
+
+
+def difficulty_coefficients(
+    group_acc: torch.Tensor, alpha: float, rho: float, eps: float = 1e-8, difficulty_aware: bool = True
+) -> torch.Tensor:
+    """C1: λ(q) = α·max(0, ρ − g)/(ρ + ε) + α·1{ρ = 0 and g = 0}; 0 for unscorable groups (g = NaN).
+
+    With ``difficulty_aware=False`` (the paper's "C2&C3 only" ablation) every scorable sample gets λ = α.
+    """
+    g = group_acc.float()
+    scorable = ~torch.isnan(g)
+    if not difficulty_aware:
+        lam = torch.full_like(g, float(alpha))
+    else:
+        lam = alpha * torch.clamp(rho - g, min=0.0) / (rho + eps)
+        if rho == 0:
+            lam = lam + alpha * (g == 0).float()
+    return torch.where(scorable, lam, torch.zeros_like(lam))
+
+
+def sign(x: float) -> int:
+    """sgn with sgn(0) = 0."""
+    return (x > 0) - (x < 0)
+
+
+def update_alpha(alpha: float, entropy: float, target: float, eta: float, alpha_max: float | None = None) -> float:
+    """C3: α_{t+1} = max(0, α_t + η·sgn(H* − H_t)), optionally clamped above at ``alpha_max``."""
+    new = max(0.0, alpha + eta * sign(target - entropy))
+    if alpha_max is not None:
+        new = min(new, alpha_max)
+    return new
+
+
+@dataclass
+class AERController:
+    """Holds the global coefficient α, the initial entropy H0 and the target H* (C2 + C3).
+
+    ``observe(entropy)`` is called once per AER iteration (one rollout batch) with the measured policy entropy:
+    the first call anchors H0 and H* = τ·H0 (unless an absolute ``target_entropy`` is given), then α is updated.
+    """
+
+    tau: float = 0.4
+    eta: float = 0.005
+    alpha: float = 0.0
+    alpha_max: float | None = None
+    target_entropy: float | None = None
+    adaptive: bool = True
+    initial_entropy: float | None = None
+    iteration: int = 0
+    history: list = field(default_factory=list)
+
+    @property
+    def target(self) -> float | None:
+        if self.target_entropy is not None:
+            return self.target_entropy
+        if self.initial_entropy is None:
+            return None
+        return self.tau * self.initial_entropy
+
+    def observe(self, entropy: float) -> float:
+        entropy = float(entropy)
+        if not math.isfinite(entropy):
+            # A rollout batch with no trained token (all completions masked) carries no measurement.
+            return self.alpha
+        if self.initial_entropy is None:
+            self.initial_entropy = entropy
+        if self.adaptive:
+            self.alpha = update_alpha(self.alpha, entropy, self.target, self.eta, self.alpha_max)
+        self.iteration += 1
+        self.history.append({"iteration": self.iteration, "entropy": entropy, "alpha": self.alpha})
+        return self.alpha
+
+    def state_dict(self) -> dict:
+        return {
+            "alpha": self.alpha,
+            "initial_entropy": self.initial_entropy,
+            "iteration": self.iteration,
+            "history": list(self.history),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.alpha = float(state["alpha"])
+        self.initial_entropy = None if state.get("initial_entropy") is None else float(state["initial_entropy"])
+        self.iteration = int(state.get("iteration", 0))
+        self.history = list(state.get("history", []))

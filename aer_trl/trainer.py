@@ -1,0 +1,184 @@
+"""`AERGRPOTrainer`: TRL's `GRPOTrainer` with the difficulty-weighted entropy bonus of AER (paper §4, SPEC §1–2).
+
+How it plugs into TRL (no copy of TRL's loss):
+- rewards: `_calculate_rewards` returns the rewards gathered over all processes; the trainer keeps them, turns the
+  correctness reward into per-group accuracy g(q) over whole groups, and puts λ for this process's completions into
+  the batch dict as `aer_lambda`, which TRL shuffles and splits along with `advantages`.
+- loss: `compute_loss` calls TRL's loss and keeps the per-token entropies that TRL's fused LM head already computes
+  (they carry gradient), then subtracts `mean_i(λ_i · H_i) / gradient_accumulation_steps`.
+- controller: the token-weighted entropy of every micro-batch of a rollout batch is summed (sum and count jointly),
+  reduced over processes when the last micro-step on that batch is done, and handed to `AERCallback`, which
+  updates α once per rollout batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from trl import GRPOTrainer
+
+from .callback import AERCallback
+from .config import AERConfig
+from .controller import difficulty_coefficients, group_accuracy, hard_mask
+
+
+def resolve_correctness_index(spec: int | str | None, reward_func_names: list[str]) -> int:
+    """Index of the reward function that defines correctness (SPEC §1: default the first)."""
+    if spec is None:
+        return 0
+    if isinstance(spec, int):
+        if not -len(reward_func_names) <= spec < len(reward_func_names):
+            raise ValueError(
+                f"aer_correctness_reward={spec} is out of range: there are {len(reward_func_names)} reward functions "
+                f"{reward_func_names}"
+            )
+        return spec % len(reward_func_names)
+    if spec in reward_func_names:
+        return reward_func_names.index(spec)
+    raise ValueError(f"aer_correctness_reward={spec!r} is not one of the reward functions {reward_func_names}")
+
+
+class AERGRPOTrainer(GRPOTrainer):
+    """GRPO with Adaptive Entropy Regularization. Same constructor as `trl.GRPOTrainer`; `args` is an `AERConfig`."""
+
+    _tag_names = ["trl", "grpo", "aer", "aer_trl"]
+    _name = "AER-GRPO"
+
+    def __init__(self, model, reward_funcs=None, args: AERConfig | None = None, *pos_args, callbacks=None, **kwargs):
+        if args is None:
+            from trl.trainer.utils import get_config_model_id
+
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = AERConfig(f"{model_name.split('/')[-1]}-AER")
+        if not isinstance(args, AERConfig):
+            raise TypeError(
+                f"AERGRPOTrainer needs `args` to be an aer_trl.AERConfig (it carries the aer_* fields), got "
+                f"{type(args).__name__}; build it with AERConfig(**your_grpo_config.to_dict()) or AERConfig(...)"
+            )
+        callbacks = list(callbacks or [])
+        if not any(isinstance(cb, AERCallback) for cb in callbacks):
+            callbacks.append(AERCallback.from_args(args))
+        super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
+        self._aer_correctness_index = resolve_correctness_index(args.aer_correctness_reward, self.reward_func_names)
+        self._aer_gathered_rewards: torch.Tensor | None = None
+        self._aer_capture_entropy = False
+        self._aer_entropies: torch.Tensor | None = None
+        self._aer_entropy_stats: torch.Tensor | None = None  # local [sum of H over tokens, token count]
+
+    # ------------------------------------------------------------------------------------------------ controller
+    @property
+    def aer_callback(self) -> AERCallback:
+        """The live AERCallback (looked up each time: resuming may replace the instance)."""
+        for cb in self.callback_handler.callbacks:
+            if isinstance(cb, AERCallback):
+                return cb
+        raise RuntimeError("AERGRPOTrainer needs an AERCallback in its callbacks; it was removed")
+
+    @property
+    def aer_alpha(self) -> float:
+        return self.aer_callback.alpha
+
+    def _load_callback_state(self) -> None:
+        super()._load_callback_state()
+        if self.args.restore_callback_states_from_checkpoint:
+            return  # transformers rebuilt the callback from the checkpoint already
+        # AER's controller state is part of the optimisation state: restore it even with transformers' default.
+        data = self.state.stateful_callbacks.get(AERCallback.__name__)
+        if data:
+            data = data[0] if isinstance(data, list) else data
+            self.aer_callback.controller_state = data["attributes"]["controller_state"]
+
+    # ------------------------------------------------------------------------------------------------ rollout
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._aer_gathered_rewards = rewards_per_func  # (N_global, n_funcs), gathered over processes, NaN=None
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        rewards = self._aer_gathered_rewards[:, self._aer_correctness_index]
+        self._aer_gathered_rewards = None
+
+        correct = (rewards >= self.args.aer_correctness_threshold).float()
+        correct[torch.isnan(rewards)] = float("nan")  # unscorable completions are left out of g(q)
+        g = group_accuracy(correct, num_generations)
+        lam = difficulty_coefficients(
+            g, self.aer_alpha, self.args.aer_rho, self.args.aer_eps, difficulty_aware=self.args.aer_difficulty_aware
+        )
+        local = output["advantages"].size(0)
+        process_slice = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
+        output["aer_lambda"] = lam[process_slice].to(output["advantages"].device)
+
+        metrics = self._metrics[mode]
+        metrics["aer/lambda_mean"].append(lam.mean().item())
+        metrics["aer/hard_fraction"].append(hard_mask(g, self.args.aer_rho).float().mean().item())
+        g_mean = torch.nanmean(g).item()
+        if not math.isnan(g_mean):
+            metrics["aer/group_accuracy"].append(g_mean)
+        return output
+
+    # ------------------------------------------------------------------------------------------------ loss
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._aer_capture_entropy and entropies is not None:
+            self._aer_entropies = entropies
+        return logps, entropies, aux_loss
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        self._aer_capture_entropy, self._aer_entropies = True, None
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self._aer_capture_entropy = False
+        entropies, self._aer_entropies = self._aer_entropies, None
+        if entropies is None:
+            raise RuntimeError("TRL's loss did not compute token entropies; AERGRPOTrainer cannot add its bonus")
+
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        mask = mask.to(entropies.dtype)
+        mode = "train" if self.model.training else "eval"
+
+        lam = inputs.get("aer_lambda")
+        if lam is not None and bool((lam != 0).any()):
+            seq_entropy = (entropies * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # H_i, carries gradient
+            accumulation_factor = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss - (lam.to(seq_entropy.dtype) * seq_entropy).mean() / accumulation_factor
+
+        if mode == "train":
+            stats = torch.stack([(entropies.detach() * mask).sum(), mask.sum()]).float()
+            self._aer_entropy_stats = stats if self._aer_entropy_stats is None else self._aer_entropy_stats + stats
+        return loss
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
+            self._aer_finish_iteration()
+        return loss
+
+    def _aer_finish_iteration(self) -> None:
+        """End of a rollout batch: reduce the entropy over micro-batches and processes, hand it to the callback."""
+        stats = self._aer_entropy_stats
+        if stats is None:
+            stats = torch.zeros(2, device=self.accelerator.device)
+        stats = self.accelerator.reduce(stats.to(self.accelerator.device), reduction="sum")
+        self._aer_entropy_stats = None
+        entropy = (stats[0] / stats[1]).item() if stats[1] > 0 else float("nan")
+        self.aer_callback.submit_entropy(entropy)
+        if not math.isnan(entropy):
+            self._metrics["train"]["aer/entropy"].append(entropy)
+
+    # ------------------------------------------------------------------------------------------------ logging
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if not any(key.startswith("eval_") for key in logs):
+            cb = self.aer_callback
+            logs["aer/alpha"] = cb.alpha
+            if cb.initial_entropy is not None:
+                logs["aer/initial_entropy"] = cb.initial_entropy
+            if cb.target_entropy is not None:
+                logs["aer/target_entropy"] = cb.target_entropy
+        super().log(logs, start_time)

@@ -1,0 +1,61 @@
+"""Shared builders for the tests: a tiny Qwen3, a char tokenizer, a small prompt set and toy rewards."""
+
+from __future__ import annotations
+
+from datasets import Dataset
+
+from aer_trl import AERConfig
+from aer_trl.lab.model import build_tiny_qwen3
+from aer_trl.lab.tokenizer import build_char_tokenizer
+
+
+def make_tokenizer():
+    return build_char_tokenizer()
+
+
+def make_model(tokenizer, seed: int = 0, hidden_size: int = 32):
+    return build_tiny_qwen3(tokenizer, hidden_size=hidden_size, num_layers=2, num_heads=2, seed=seed)
+
+
+def make_dataset(n: int = 16) -> Dataset:
+    return Dataset.from_dict({"prompt": [f"{i}+{i % 7}=" for i in range(n)], "answer": [str(i + i % 7) for i in range(n)]})
+
+
+def even_length_reward(completions, **kwargs):
+    """A toy 'correctness': 1.0 when the completion has an even number of characters."""
+    return [float(len(c) % 2 == 0) for c in completions]
+
+
+def digit_count_reward(completions, **kwargs):
+    """A toy shaping reward that varies across completions (gives GRPO non-zero advantages)."""
+    return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
+
+
+def always_correct(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def always_wrong(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+def make_config(output_dir, **overrides) -> AERConfig:
+    kwargs = dict(
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        learning_rate=1e-2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        temperature=1.0,
+    )
+    kwargs.update(overrides)
+    return AERConfig(**kwargs)
