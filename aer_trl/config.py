@@ -27,7 +27,9 @@ class AERConfig(GRPOConfig):
     )
     aer_tau: float = field(
         default=0.4,
-        metadata={"help": "Reduction ratio τ > 0 (C2): the target entropy is H* = τ · H0, H0 the first measured entropy."},
+        metadata={
+            "help": "Reduction ratio τ > 0 (C2): the target entropy is H* = τ · H0, H0 the first measured entropy."
+        },
     )
     aer_eta: float = field(
         default=0.005,
@@ -35,8 +37,10 @@ class AERConfig(GRPOConfig):
     )
     aer_alpha_init: float = field(
         default=0.0,
-        metadata={"help": "Initial global coefficient α_0 ≥ 0. With the default 0 the bonus switches on only after "
-                  "the entropy falls below H*."},
+        metadata={
+            "help": "Initial global coefficient α_0 ≥ 0. With the default 0 the bonus switches on only after "
+            "the entropy falls below H*."
+        },
     )
     aer_alpha_max: float | None = field(
         default=None,

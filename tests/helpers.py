@@ -18,7 +18,9 @@ def make_model(tokenizer, seed: int = 0, hidden_size: int = 32):
 
 
 def make_dataset(n: int = 16) -> Dataset:
-    return Dataset.from_dict({"prompt": [f"{i}+{i % 7}=" for i in range(n)], "answer": [str(i + i % 7) for i in range(n)]})
+    return Dataset.from_dict(
+        {"prompt": [f"{i}+{i % 7}=" for i in range(n)], "answer": [str(i + i % 7) for i in range(n)]}
+    )
 
 
 def even_length_reward(completions, **kwargs):
@@ -39,7 +41,7 @@ def always_wrong(completions, **kwargs):
     return [0.0] * len(completions)
 
 
-def make_config(output_dir, **overrides) -> AERConfig:
+def config_kwargs(output_dir, **overrides) -> dict:
     kwargs = dict(
         output_dir=str(output_dir),
         use_cpu=True,
@@ -58,4 +60,8 @@ def make_config(output_dir, **overrides) -> AERConfig:
         temperature=1.0,
     )
     kwargs.update(overrides)
-    return AERConfig(**kwargs)
+    return kwargs
+
+
+def make_config(output_dir, **overrides) -> AERConfig:
+    return AERConfig(**config_kwargs(output_dir, **overrides))

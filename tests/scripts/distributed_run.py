@@ -1,0 +1,94 @@
+"""Trains AER on a tiny model in every process it is launched in and writes what each rank saw as JSON.
+
+Launched by tests/test_distributed.py with `accelerate launch --multi_gpu --num_processes 2` (gloo on CPU), with or
+without DeepSpeed ZeRO-3. Per rank it records, for every rollout batch: the rewards gathered over all processes, the λ
+this rank trained with, and α; plus the controller's history and whether parameters were really sharded.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+from aer_trl import AERGRPOTrainer  # noqa: E402
+from tests import helpers  # noqa: E402
+
+
+class RecordingTrainer(AERGRPOTrainer):
+    rollouts: list
+
+    def _generate_and_score_completions(self, inputs):
+        alpha = self.aer_alpha
+        output = super()._generate_and_score_completions(inputs)
+        self.rollouts.append(
+            {
+                "alpha": alpha,
+                "rewards": self._recorded_rewards,
+                "local_lambda": output["aer_lambda"].tolist(),
+                "local_count": len(output["aer_lambda"]),
+            }
+        )
+        return output
+
+    def _calculate_rewards(self, *args, **kwargs):
+        rewards = super()._calculate_rewards(*args, **kwargs)
+        self._recorded_rewards = rewards[:, 0].tolist()
+        return rewards
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--max_steps", type=int, default=3)
+    parser.add_argument("--save_steps", type=int, default=0)
+    cli = parser.parse_args()
+
+    tokenizer = helpers.make_tokenizer()
+    args = helpers.make_config(
+        cli.output_dir,
+        per_device_train_batch_size=2,  # 2 completions per rank, groups of 4: every group spans both ranks
+        num_generations=4,
+        max_steps=cli.max_steps,
+        aer_rho=1.0,  # λ = α (1 - g): g can be read back from λ
+        aer_alpha_init=0.5,
+        aer_target_entropy=100.0,  # entropy always below target: α rises by η every iteration
+        aer_eta=0.01,
+        save_strategy="steps" if cli.save_steps else "no",
+        save_steps=cli.save_steps or 500,
+        use_cpu=True,
+    )
+    trainer = RecordingTrainer(
+        model=helpers.make_model(tokenizer, hidden_size=64),
+        reward_funcs=[helpers.even_length_reward],
+        args=args,
+        train_dataset=helpers.make_dataset(),
+        processing_class=tokenizer,
+    )
+    trainer.rollouts = []
+    trainer.train()
+
+    sharded = None
+    if trainer.is_deepspeed_enabled:
+        engine_params = list(trainer.model_wrapped.module.parameters())
+        sharded = all(hasattr(p, "ds_tensor") and p.ds_tensor.numel() < p.ds_numel for p in engine_params)
+    rank = trainer.accelerator.process_index
+    record = {
+        "rank": rank,
+        "world_size": trainer.accelerator.num_processes,
+        "deepspeed": trainer.is_deepspeed_enabled,
+        "sharded": sharded,
+        "rollouts": trainer.rollouts,
+        "history": trainer.aer_callback.controller.history,
+        "initial_entropy": trainer.aer_callback.initial_entropy,
+        "target": trainer.aer_callback.target_entropy,
+        "num_generations": args.num_generations,
+        "rho": args.aer_rho,
+    }
+    with open(os.path.join(cli.output_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Every invalid AER value raises a ValueError naming the field and the allowed values (SPEC §2)."""
+
+import math
+
+import pytest
+
+from aer_trl import AERConfig
+
+BASE = dict(output_dir="/tmp/aer-config-test", use_cpu=True, bf16=False, report_to="none")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"aer_rho": -0.1}, r"aer_rho must be in \[0, 1\]"),
+        ({"aer_rho": 1.5}, r"aer_rho must be in \[0, 1\]"),
+        ({"aer_rho": math.nan}, "aer_rho must be a finite number"),
+        ({"aer_tau": 0.0}, "aer_tau must be > 0"),
+        ({"aer_tau": -1.0}, "aer_tau must be > 0"),
+        ({"aer_tau": math.inf}, "aer_tau must be a finite number"),
+        ({"aer_eta": -0.005}, "aer_eta must be >= 0"),
+        ({"aer_alpha_init": -0.1}, "aer_alpha_init must be >= 0"),
+        ({"aer_alpha_max": 0.05, "aer_alpha_init": 0.1}, "aer_alpha_max must be >= aer_alpha_init"),
+        ({"aer_eps": 0.0}, "aer_eps must be > 0"),
+        ({"aer_correctness_threshold": math.nan}, "aer_correctness_threshold must be a finite number"),
+        ({"aer_correctness_threshold": math.inf}, "aer_correctness_threshold must be a finite number"),
+        ({"aer_target_entropy": 0.0}, "aer_target_entropy must be > 0"),
+        ({"aer_target_entropy": -math.inf}, "aer_target_entropy must be a finite number"),
+        ({"num_generations": 1}, "num_generations must be >= 2"),
+        ({"entropy_coef": 0.01}, "entropy_coef=0.0 and use_adaptive_entropy=False"),
+        ({"use_adaptive_entropy": True}, "entropy_coef=0.0 and use_adaptive_entropy=False"),
+    ],
+)
+def test_invalid_values_raise_clear_errors(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        AERConfig(**BASE, **overrides)
+
+
+def test_defaults_are_the_papers():
+    cfg = AERConfig(**BASE)
+    assert (cfg.aer_rho, cfg.aer_tau, cfg.aer_eta, cfg.aer_alpha_init) == (0.2, 0.4, 0.005, 0.0)
+    assert cfg.aer_difficulty_aware and cfg.aer_adaptive and cfg.aer_target_entropy is None
+
+
+def test_every_aer_field_has_help():
+    import dataclasses
+
+    for f in dataclasses.fields(AERConfig):
+        if f.name.startswith("aer_"):
+            assert f.metadata.get("help"), f.name
+
+
+def test_correctness_reward_index_from_cli_string():
+    assert AERConfig(**BASE, aer_correctness_reward="1").aer_correctness_reward == 1

@@ -1,0 +1,89 @@
+"""Two processes on CPU (gloo): group accuracy over groups split across ranks, α in lockstep, DeepSpeed ZeRO-3."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aer_trl.controller import difficulty_coefficients, group_accuracy
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tests" / "scripts" / "distributed_run.py"
+ACCELERATE = [
+    sys.executable,
+    "-m",
+    "accelerate.commands.launch",
+    "--num_processes",
+    "2",
+    "--num_machines",
+    "1",
+    "--mixed_precision",
+    "no",
+    "--dynamo_backend",
+    "no",
+    "--main_process_port",
+    "0",
+]
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+def launch(out: Path, *launcher_args: str, script_args=()):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    cmd = [*ACCELERATE, *launcher_args, str(SCRIPT), "--output_dir", str(out), *script_args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def check_group_accuracy_and_lockstep(ranks):
+    r0, r1 = ranks
+    assert r0["world_size"] == r1["world_size"] == 2
+    g_size = r0["num_generations"]
+    assert len(r0["rollouts"]) == len(r1["rollouts"]) >= 3
+    for rank in ranks:
+        for rollout in rank["rollouts"]:
+            assert rollout["local_count"] < g_size, "each group must span both ranks for this test"
+            # the single-process computation on the same (gathered) completions
+            rewards = torch.tensor(rollout["rewards"])
+            g = group_accuracy((rewards >= 0.5).float(), g_size)
+            lam = difficulty_coefficients(g, rollout["alpha"], rank["rho"])
+            n = rollout["local_count"]
+            expected = lam[rank["rank"] * n : (rank["rank"] + 1) * n]
+            torch.testing.assert_close(torch.tensor(rollout["local_lambda"]), expected)
+    # both ranks saw the same gathered rewards and the same α at every rollout
+    for a, b in zip(r0["rollouts"], r1["rollouts"]):
+        assert a["rewards"] == b["rewards"] and a["alpha"] == b["alpha"]
+    # α and H_t identical on both ranks after every iteration
+    assert r0["history"] == r1["history"]
+    assert [h["alpha"] for h in r0["history"]] == pytest.approx([0.51, 0.52, 0.53][: len(r0["history"])])
+    assert r0["initial_entropy"] == r1["initial_entropy"]
+
+
+def test_two_processes_ddp(tmp_path):
+    ranks = launch(tmp_path, "--multi_gpu", script_args=["--max_steps", "3"])
+    assert not ranks[0]["deepspeed"]
+    check_group_accuracy_and_lockstep(ranks)
+
+
+def test_two_processes_deepspeed_zero3_sharded(tmp_path):
+    ranks = launch(
+        tmp_path,
+        "--use_deepspeed",
+        "--deepspeed_config_file",
+        str(ROOT / "tests" / "data" / "zero3_cpu.json"),
+        "--zero3_init_flag",
+        "true",
+        script_args=["--max_steps", "3", "--save_steps", "2"],
+    )
+    assert ranks[0]["deepspeed"] and ranks[0]["sharded"] and ranks[1]["sharded"]
+    check_group_accuracy_and_lockstep(ranks)
+    ckpt = tmp_path / "checkpoint-2"
+    assert (ckpt / "trainer_state.json").exists() and any(ckpt.glob("global_step*"))
+    state = json.loads((ckpt / "trainer_state.json").read_text())["stateful_callbacks"]["AERCallback"]
+    assert state["attributes"]["controller_state"]["iteration"] == 2
+    assert state["attributes"]["controller_state"]["alpha"] == pytest.approx(0.52)

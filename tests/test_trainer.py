@@ -1,0 +1,328 @@
+"""AERGRPOTrainer on CPU in one process: equivalence with GRPO, the bonus formula, the controller wiring, resume."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from trl import GRPOConfig, GRPOTrainer
+
+from aer_trl import AERCallback, AERGRPOTrainer
+from tests import helpers
+
+
+def train_aer(tmp_path, tokenizer, reward_funcs=None, seed=0, **overrides):
+    args = helpers.make_config(tmp_path, **overrides)
+    trainer = AERGRPOTrainer(
+        model=helpers.make_model(tokenizer, seed=seed),
+        reward_funcs=reward_funcs or [helpers.even_length_reward],
+        args=args,
+        train_dataset=helpers.make_dataset(),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    return trainer
+
+
+def params(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def assert_same_params(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def alphas(trainer):
+    return [h["alpha"] for h in trainer.aer_callback.controller.history]
+
+
+# ----------------------------------------------------------------------------------------- equivalence with GRPO
+def test_bonus_off_trains_exactly_like_grpo(tmp_path, tokenizer):
+    rewards = [helpers.even_length_reward, helpers.digit_count_reward]
+    aer = train_aer(tmp_path / "aer", tokenizer, rewards, aer_adaptive=False, aer_alpha_init=0.0, max_steps=4)
+    grpo_args = GRPOConfig(**helpers.config_kwargs(tmp_path / "grpo", max_steps=4))
+    grpo = GRPOTrainer(
+        model=helpers.make_model(tokenizer),
+        reward_funcs=rewards,
+        args=grpo_args,
+        train_dataset=helpers.make_dataset(),
+        processing_class=tokenizer,
+    )
+    before = params(grpo.model)
+    grpo.train()
+    assert any(not torch.equal(before[n], p) for n, p in params(grpo.model).items()), "GRPO did not train"
+    assert_same_params(params(aer.model), params(grpo.model))
+
+
+def test_bonus_acts_only_through_hard_prompts(tmp_path, tokenizer):
+    """Correctness from a reward that calls every prompt easy: λ = 0, so α > 0 changes nothing; all-hard changes it."""
+    common = dict(aer_adaptive=False, aer_alpha_init=1.0, max_steps=3)
+    shaping = helpers.digit_count_reward
+    easy = train_aer(
+        tmp_path / "easy",
+        tokenizer,
+        [shaping, helpers.always_correct],
+        **common,
+        aer_correctness_reward="always_correct",
+    )
+    off = train_aer(
+        tmp_path / "off",
+        tokenizer,
+        [shaping, helpers.always_correct],
+        aer_adaptive=False,
+        aer_alpha_init=0.0,
+        max_steps=3,
+    )
+    hard = train_aer(tmp_path / "hard", tokenizer, [shaping, helpers.always_wrong], **common, aer_correctness_reward=1)
+    assert_same_params(params(easy.model), params(off.model))
+    assert any(not torch.equal(p, params(off.model)[n]) for n, p in params(hard.model).items())
+    logs = [h for h in hard.state.log_history if "aer/hard_fraction" in h]
+    assert all(h["aer/hard_fraction"] == 1.0 and h["aer/lambda_mean"] == pytest.approx(1.0) for h in logs)
+    easy_logs = [h for h in easy.state.log_history if "aer/hard_fraction" in h]
+    assert all(h["aer/hard_fraction"] == 0.0 and h["aer/lambda_mean"] == 0.0 for h in easy_logs)
+
+
+# ----------------------------------------------------------------------------------------- loss on a fixed batch
+def fixed_batch(tokenizer, lam):
+    torch.manual_seed(1)
+    b, p_len, c_len = len(lam), 5, 6
+    vocab = len(tokenizer)
+    completion_mask = torch.ones(b, c_len, dtype=torch.long)
+    completion_mask[1, 4:] = 0  # padding inside the batch
+    completion_mask[3, 2:] = 0
+    return {
+        "prompt_ids": torch.randint(4, vocab, (b, p_len)),
+        "prompt_mask": torch.ones(b, p_len, dtype=torch.long),
+        "completion_ids": torch.randint(4, vocab, (b, c_len)),
+        "completion_mask": completion_mask,
+        "advantages": torch.tensor([1.0, -0.5, 0.25, -0.75]),
+        "num_items_in_batch": completion_mask.sum(),
+        "aer_lambda": torch.tensor(lam),
+    }
+
+
+def manual_sequence_entropy(model, batch, temperature):
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    c_len = batch["completion_ids"].size(1)
+    logits = model(input_ids=ids, attention_mask=att).logits[:, -c_len - 1 : -1] / temperature
+    logp = F.log_softmax(logits.float(), -1)
+    h = -(logp.exp() * logp).sum(-1)
+    m = batch["completion_mask"].float()
+    return (h * m).sum(-1) / m.sum(-1)
+
+
+def grads(model, loss):
+    model.zero_grad()
+    loss.backward()
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_loss_is_grpo_minus_mean_lambda_entropy(tmp_path, tokenizer, temperature):
+    trainer = AERGRPOTrainer(
+        model=helpers.make_model(tokenizer),
+        reward_funcs=[helpers.even_length_reward],
+        args=helpers.make_config(tmp_path, temperature=temperature),
+        train_dataset=helpers.make_dataset(),
+        processing_class=tokenizer,
+    )
+    model = trainer.model
+    model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop; we call compute_loss directly
+    lam = [0.6, 0.0, 0.3, 0.0]  # prompts 0 and 2 hard, 1 and 3 easy
+    batch = fixed_batch(tokenizer, lam)
+    plain = {k: v for k, v in batch.items() if k != "aer_lambda"}
+
+    loss_aer = trainer.compute_loss(model, batch)
+    g_aer = grads(model, loss_aer)
+    loss_grpo = GRPOTrainer.compute_loss(trainer, model, plain)
+    g_grpo = grads(model, loss_grpo)
+    h = manual_sequence_entropy(model, batch, temperature)
+    bonus = (torch.tensor(lam) * h).mean()
+    torch.testing.assert_close(loss_aer, loss_grpo - bonus, rtol=1e-5, atol=1e-6)
+
+    # the bonus's gradient is the gradient of -mean(λ·H) (hard rows only), computed independently
+    g_bonus = grads(model, -bonus)
+    for name in g_grpo:
+        torch.testing.assert_close(g_aer[name], g_grpo[name] + g_bonus[name], rtol=1e-4, atol=1e-6)
+    # ...and it is not zero: the hard prompts do move the parameters
+    assert any(g_bonus[n].abs().sum() > 0 for n in g_bonus)
+
+    # all prompts easy (λ = 0): exactly GRPO, bit for bit
+    easy = dict(batch, aer_lambda=torch.zeros(4))
+    g_easy = grads(model, trainer.compute_loss(model, easy))
+    for name in g_grpo:
+        assert torch.equal(g_easy[name], g_grpo[name]), name
+
+
+def test_bonus_is_scaled_for_gradient_accumulation(tmp_path, tokenizer):
+    trainer = AERGRPOTrainer(
+        model=helpers.make_model(tokenizer),
+        reward_funcs=[helpers.even_length_reward],
+        args=helpers.make_config(tmp_path, gradient_accumulation_steps=2, per_device_train_batch_size=4),
+        train_dataset=helpers.make_dataset(),
+        processing_class=tokenizer,
+    )
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2
+    batch = fixed_batch(tokenizer, [0.5, 0.5, 0.0, 0.0])
+    plain = {k: v for k, v in batch.items() if k != "aer_lambda"}
+    with torch.no_grad():
+        diff = GRPOTrainer.compute_loss(trainer, trainer.model, plain) - trainer.compute_loss(trainer.model, batch)
+        h = manual_sequence_entropy(trainer.model, batch, 1.0)
+    torch.testing.assert_close(diff, (torch.tensor([0.5, 0.5, 0.0, 0.0]) * h).mean() / 2, rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------- controller wiring
+def test_h0_is_the_first_measured_entropy(tmp_path, tokenizer):
+    trainer = train_aer(tmp_path, tokenizer, max_steps=1)
+    first = trainer.state.log_history[0]
+    assert trainer.aer_callback.initial_entropy == pytest.approx(first["entropy"], rel=1e-6)
+    assert first["aer/initial_entropy"] == pytest.approx(first["entropy"], rel=1e-6)
+    assert first["aer/target_entropy"] == pytest.approx(0.4 * first["entropy"], rel=1e-6)
+    for key in ("aer/alpha", "aer/entropy", "aer/lambda_mean", "aer/hard_fraction", "aer/group_accuracy"):
+        assert key in first, key
+
+
+def test_alpha_rises_below_target_and_falls_but_not_below_zero_above(tmp_path, tokenizer):
+    up = train_aer(tmp_path / "up", tokenizer, aer_target_entropy=100.0, aer_eta=0.01, max_steps=4)
+    assert alphas(up) == pytest.approx([0.01, 0.02, 0.03, 0.04])
+    down = train_aer(
+        tmp_path / "down", tokenizer, aer_target_entropy=1e-3, aer_eta=0.01, aer_alpha_init=0.025, max_steps=4
+    )
+    assert alphas(down) == pytest.approx([0.015, 0.005, 0.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "steps", "iterations"),
+    [
+        ({"gradient_accumulation_steps": 2}, 3, 3),  # default: one rollout batch per optimizer step
+        ({"gradient_accumulation_steps": 2, "steps_per_generation": 4}, 4, 2),  # rollout spans 2 optimizer steps
+        ({"steps_per_generation": 1, "num_iterations": 2}, 4, 2),  # each rollout trained on twice
+        ({"gradient_accumulation_steps": 4, "steps_per_generation": 2}, 2, 4),  # two rollouts per optimizer step
+    ],
+)
+def test_alpha_updates_once_per_rollout_batch(tmp_path, tokenizer, overrides, steps, iterations):
+    trainer = train_aer(tmp_path, tokenizer, aer_target_entropy=100.0, aer_eta=0.01, max_steps=steps, **overrides)
+    assert trainer.aer_callback.controller.iteration == iterations
+    assert alphas(trainer) == pytest.approx([0.01 * (i + 1) for i in range(iterations)])
+    logged = [h["aer/alpha"] for h in trainer.state.log_history if "loss" in h]
+    per_step = iterations / steps
+    assert logged == pytest.approx([0.01 * int((s + 1) * per_step) for s in range(steps)])
+
+
+def test_entropy_is_token_weighted_over_the_rollout_batch(tmp_path, tokenizer, monkeypatch):
+    """H_t = Σ H over every trained token of the rollout batch / token count, not a mean of micro-batch means."""
+    seen = []
+    original = AERGRPOTrainer.compute_loss
+
+    def spy(self, model, inputs, *a, **kw):
+        loss = original(self, model, inputs, *a, **kw)
+        seen.append(self._aer_entropy_stats.clone())
+        return loss
+
+    monkeypatch.setattr(AERGRPOTrainer, "compute_loss", spy)
+    trainer = train_aer(
+        tmp_path,
+        tokenizer,
+        gradient_accumulation_steps=2,
+        steps_per_generation=2,
+        max_steps=1,
+        max_completion_length=12,
+    )
+    total = seen[-1]  # running (sum, count) after the last micro-batch of the rollout
+    assert len(seen) == 2 and total[1] > seen[0][1]
+    assert trainer.aer_callback.initial_entropy == pytest.approx((total[0] / total[1]).item(), rel=1e-6)
+
+
+def test_works_with_peft_lora(tmp_path, tokenizer):
+    from peft import LoraConfig
+
+    args = helpers.make_config(tmp_path, aer_target_entropy=100.0, aer_alpha_init=0.5, max_steps=2, learning_rate=5e-2)
+    trainer = AERGRPOTrainer(
+        model=helpers.make_model(tokenizer),
+        reward_funcs=[helpers.even_length_reward],
+        args=args,
+        train_dataset=helpers.make_dataset(),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    lora_before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    trainer.train()
+    assert lora_before and any(
+        not torch.equal(p, lora_before[n]) for n, p in trainer.model.named_parameters() if "lora_B" in n
+    )
+    assert trainer.aer_callback.controller.iteration == 2
+
+
+def test_requires_aer_config_and_valid_correctness_reward(tmp_path, tokenizer):
+    grpo_args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    with pytest.raises(TypeError, match="AERConfig"):
+        AERGRPOTrainer(
+            model=helpers.make_model(tokenizer),
+            reward_funcs=[helpers.always_correct],
+            args=grpo_args,
+            train_dataset=helpers.make_dataset(),
+            processing_class=tokenizer,
+        )
+    with pytest.raises(ValueError, match="aer_correctness_reward='nope' is not one of"):
+        AERGRPOTrainer(
+            model=helpers.make_model(tokenizer),
+            reward_funcs=[helpers.always_correct],
+            args=helpers.make_config(tmp_path, aer_correctness_reward="nope"),
+            train_dataset=helpers.make_dataset(),
+            processing_class=tokenizer,
+        )
+
+
+def test_nan_rewards_are_left_out_of_group_accuracy(tmp_path, tokenizer):
+    def half_unscorable(completions, **kwargs):
+        return [None if i % 2 else 0.0 for i in range(len(completions))]
+
+    trainer = train_aer(tmp_path, tokenizer, [half_unscorable], max_steps=2, aer_alpha_init=0.2, aer_adaptive=False)
+    logs = [h for h in trainer.state.log_history if "aer/group_accuracy" in h]
+    assert all(h["aer/group_accuracy"] == 0.0 and h["aer/lambda_mean"] == pytest.approx(0.2) for h in logs)
+
+    def unscorable(completions, **kwargs):
+        return [None] * len(completions)
+
+    trainer = train_aer(tmp_path / "none", tokenizer, [unscorable], max_steps=1, aer_alpha_init=0.2)
+    log = trainer.state.log_history[0]
+    assert log["aer/lambda_mean"] == 0.0 and log["aer/hard_fraction"] == 0.0
+
+
+# ----------------------------------------------------------------------------------------- resume
+@pytest.mark.parametrize("restore_flag", [False, True])
+def test_resume_continues_the_same_alpha_trajectory(tmp_path, tokenizer, restore_flag):
+    common = dict(
+        aer_tau=1.0,
+        aer_eta=0.01,
+        aer_alpha_init=0.02,
+        max_steps=6,
+        save_strategy="steps",
+        save_steps=3,
+        learning_rate=5e-2,
+        restore_callback_states_from_checkpoint=restore_flag,
+    )
+    full = train_aer(tmp_path / "full", tokenizer, **common)
+    ckpt = tmp_path / "full" / "checkpoint-3"
+    saved = json.loads((ckpt / "trainer_state.json").read_text())["stateful_callbacks"]["AERCallback"]
+    assert saved["attributes"]["controller_state"]["iteration"] == 3
+
+    args = helpers.make_config(tmp_path / "resumed", **common)
+    resumed = AERGRPOTrainer(
+        model=helpers.make_model(tokenizer),
+        reward_funcs=[helpers.even_length_reward],
+        args=args,
+        train_dataset=helpers.make_dataset(),
+        processing_class=tokenizer,
+    )
+    resumed.train(resume_from_checkpoint=str(ckpt))
+    a, b = full.aer_callback.controller, resumed.aer_callback.controller
+    assert len(set(alphas(full))) > 1, "the trajectory should move for this test to mean something"
+    assert alphas(resumed) == alphas(full)
+    assert (b.initial_entropy, b.target, b.iteration) == (a.initial_entropy, a.target, a.iteration)
+    assert isinstance(resumed.aer_callback, AERCallback)
