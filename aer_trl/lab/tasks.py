@@ -1,0 +1,91 @@
+"""Verifiable arithmetic with difficulty tiers, deterministic by seed.
+
+Tier 0 is trivially easy for the lab model after its warm start, the last tier is mostly out of its reach, so GRPO
+sees both easy and hard prompts, the situation AER's difficulty-aware coefficient (C1) is made for.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from datasets import Dataset
+
+# tier -> (name, generator returning (expression, answer))
+TIERS: dict[int, tuple[str, Callable[[random.Random], tuple[str, int]]]] = {
+    0: ("1-digit addition", lambda r: _binary(r, "+", (0, 9), (0, 9))),
+    1: ("2-digit addition", lambda r: _binary(r, "+", (10, 99), (10, 99))),
+    2: ("1-digit multiplication", lambda r: _binary(r, "*", (2, 9), (2, 9))),
+    3: ("2-digit x 1-digit multiplication", lambda r: _binary(r, "*", (11, 99), (2, 9))),
+}
+
+
+def _binary(rng: random.Random, op: str, left: tuple[int, int], right: tuple[int, int]) -> tuple[str, int]:
+    a, b = rng.randint(*left), rng.randint(*right)
+    return f"{a}{op}{b}", (a + b if op == "+" else a * b)
+
+
+def format_prompt(expression: str) -> str:
+    return f"{expression}="
+
+
+def format_completion(answer: int | str) -> str:
+    """What the lab model is taught to answer: the result in `\\boxed{}`, as the real recipes ask."""
+    return f"\\boxed{{{answer}}}"
+
+
+def make_arithmetic_dataset(
+    n: int,
+    seed: int = 0,
+    tiers: list[int] | None = None,
+    weights: list[float] | None = None,
+    exclude: set[str] | None = None,
+) -> Dataset:
+    """`n` problems with columns `prompt`, `answer` (string) and `difficulty` (tier index), the same for a seed.
+
+    Args:
+        tiers: which tiers to draw from (default: all), in equal shares unless `weights` are given.
+        exclude: prompts to leave out (e.g. the training prompts, to build a held-out set).
+    """
+    tiers = sorted(TIERS) if tiers is None else list(tiers)
+    unknown = [t for t in tiers if t not in TIERS]
+    if unknown:
+        raise ValueError(f"unknown difficulty tiers {unknown}; known tiers are {sorted(TIERS)}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    rng = random.Random(seed)
+    exclude = exclude or set()
+    rows = {"prompt": [], "answer": [], "difficulty": []}
+    attempts = 0
+    while len(rows["prompt"]) < n:
+        attempts += 1
+        if attempts > 100 * max(n, 1):
+            raise ValueError(f"could not draw {n} problems outside `exclude` from tiers {tiers}")
+        tier = rng.choices(tiers, weights=weights)[0]
+        expression, answer = TIERS[tier][1](rng)
+        prompt = format_prompt(expression)
+        if prompt in exclude:
+            continue
+        rows["prompt"].append(prompt)
+        rows["answer"].append(str(answer))
+        rows["difficulty"].append(tier)
+    return Dataset.from_dict(rows)
+
+
+def make_sft_dataset(n: int, seed: int = 0, noise: float = 0.3, tiers: list[int] | None = None) -> Dataset:
+    """Worked examples for the warm start (prompt/completion columns), a share `noise` of them with a wrong answer.
+
+    The wrong answers (off by a small amount) stand in for a base model's uncertainty: they leave the warm-started
+    policy with partial accuracy and high entropy on the answer tokens, the state RL starts from in the paper.
+    """
+    if not 0.0 <= noise < 1.0:
+        raise ValueError(f"noise must be in [0, 1), got {noise}")
+    base = make_arithmetic_dataset(n, seed=seed, tiers=tiers)
+    rng = random.Random(seed + 1)
+    completions = []
+    for answer in base["answer"]:
+        value = int(answer)
+        if rng.random() < noise:
+            value = max(0, value + rng.choice([-1, 1]) * rng.randint(1, 10))
+        completions.append(format_completion(value))
+    return Dataset.from_dict({"prompt": base["prompt"], "completion": completions})

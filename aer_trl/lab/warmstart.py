@@ -1,0 +1,95 @@
+"""The lab's 'pretrained base model': a tiny char-level Qwen3 warm-started with TRL's SFTTrainer, cached on disk."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .model import build_tiny_qwen3
+from .tasks import make_sft_dataset
+from .tokenizer import build_char_tokenizer
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CACHE = Path(os.environ.get("AER_LAB_CACHE", "runs/lab"))
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """Everything that determines the warm-started model (its hash names the cache folder)."""
+
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_examples: int = 20000
+    noise: float = 0.3
+    epochs: float = 3.0
+    learning_rate: float = 3e-3
+    batch_size: int = 64
+    seed: int = 0
+
+    def key(self) -> str:
+        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+
+
+def warm_start_path(config: WarmStartConfig = WarmStartConfig(), cache_dir: str | Path = DEFAULT_CACHE) -> Path:
+    return Path(cache_dir) / f"warmstart-{config.key()}"
+
+
+def build_warm_start(
+    config: WarmStartConfig = WarmStartConfig(),
+    cache_dir: str | Path = DEFAULT_CACHE,
+    force: bool = False,
+    disable_tqdm: bool = False,
+) -> Path:
+    """Return the folder of the warm-started model (and tokenizer), training it first when it is not cached.
+
+    The folder loads like any Hub model: `AutoModelForCausalLM.from_pretrained(path)`.
+    """
+    path = warm_start_path(config, cache_dir)
+    if (path / "config.json").exists() and (path / "lab_meta.json").exists() and not force:
+        logger.info("reusing the cached warm start at %s", path)
+        return path
+
+    from trl import SFTConfig, SFTTrainer
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_qwen3(
+        tokenizer, hidden_size=config.hidden_size, num_layers=config.num_layers, num_heads=config.num_heads,
+        seed=config.seed,
+    )
+    dataset = make_sft_dataset(config.num_examples, seed=config.seed, noise=config.noise)
+    tmp = path.with_name(path.name + ".tmp")
+    args = SFTConfig(
+        output_dir=str(tmp),
+        use_cpu=True,
+        bf16=False,
+        num_train_epochs=config.epochs,
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=20,
+        max_length=64,
+        logging_steps=50,
+        save_strategy="no",
+        report_to="none",
+        seed=config.seed,
+        gradient_checkpointing=False,
+        disable_tqdm=disable_tqdm,
+        dataloader_num_workers=0,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer.train()
+    trainer.model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "lab_meta.json").write_text(json.dumps({"warm_start": asdict(config)}, indent=2))
+    if path.exists():
+        import shutil
+
+        shutil.rmtree(path)
+    tmp.rename(path)  # written whole, then moved: an interrupted build never leaves a half model behind
+    return path

@@ -1,0 +1,41 @@
+"""A local metrics log that is always written, whatever `report_to` says: JSON Lines, one record per Trainer log."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+
+class MetricsFileCallback(TrainerCallback):
+    """Appends every logged dict (with `step`) to `<output_dir>/metrics.jsonl` on the main process."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path is not None else None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.path is None:
+            self.path = Path(args.output_dir) / "metrics.jsonl"
+        if state.is_world_process_zero:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not state.global_step:  # a fresh run starts a fresh log; a resumed one appends
+                self.path.write_text("")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        record = {"step": state.global_step}
+        for key, value in logs.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                value = None
+            record[key] = value
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """The records of a metrics.jsonl file."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,35 @@
+"""Train with AER (or a baseline) from a YAML recipe.
+
+    accelerate launch recipes/train.py                                  # the laptop lab (CPU, a few minutes)
+    accelerate launch recipes/train.py --config recipes/lab/grpo.yaml   # any recipe
+    accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/train.py \\
+        --config recipes/qwen3_4b_base/deepscaler/aer.yaml              # paper scale
+
+Every key of a recipe is a field of `AERScriptArguments`, `AERConfig` (all of TRL's `GRPOConfig` included) or TRL's
+`ModelConfig`; command-line flags override the YAML.
+"""
+
+import os
+import sys
+
+from trl import ModelConfig, TrlParser
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from aer_trl import AERConfig  # noqa: E402
+from aer_trl.run import AERScriptArguments, train  # noqa: E402
+
+DEFAULT_RECIPE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lab", "aer.yaml")
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--config" not in argv and not any(a.startswith("--config=") for a in argv):
+        argv = ["--config", DEFAULT_RECIPE, *argv]
+    parser = TrlParser((AERScriptArguments, AERConfig, ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    train(script_args, training_args, model_args)
+
+
+if __name__ == "__main__":
+    main()
