@@ -58,7 +58,11 @@ def completion_text(completion) -> str:
     if isinstance(completion, dict):
         return str(completion.get("content", ""))
     if isinstance(completion, list):
-        parts = [m.get("content", "") for m in completion if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]
+        parts = [
+            m.get("content", "")
+            for m in completion
+            if isinstance(m, dict) and m.get("role", "assistant") == "assistant"
+        ]
         return "\n".join(p if isinstance(p, str) else str(p) for p in parts)
     return str(completion)
 

@@ -14,12 +14,17 @@ import sys
 from dataclasses import dataclass, field
 
 from .config import AERConfig
+from .lab.rewards import lab_accuracy_reward
 from .metrics import MetricsFileCallback
 from .rewards import math_accuracy_reward
 
 logger = logging.getLogger(__name__)
 
-REWARD_FUNCS = {"math_accuracy": math_accuracy_reward, "math_accuracy_reward": math_accuracy_reward}
+REWARD_FUNCS = {
+    "math_accuracy": math_accuracy_reward,
+    "math_accuracy_reward": math_accuracy_reward,
+    "lab_accuracy": lab_accuracy_reward,  # the same check, plus per-tier accuracy metrics for the lab
+}
 METHODS = ("aer", "grpo")
 
 
@@ -33,20 +38,28 @@ class AERScriptArguments:
     )
     dataset_name: str | None = field(
         default=None,
-        metadata={"help": "Training data: the name of a known data set, a Hub id or a local .jsonl/.json/.parquet "
-                  "file. None: the laptop lab's synthetic arithmetic."},
+        metadata={
+            "help": "Training data: the name of a known data set, a Hub id or a local .jsonl/.json/.parquet "
+            "file. None: the laptop lab's synthetic arithmetic."
+        },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Data set configuration name, if any."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training rows."})
     reward_funcs: list[str] = field(
         default_factory=lambda: ["math_accuracy"],
-        metadata={"help": f"Reward functions by name ({sorted(REWARD_FUNCS)}) or import path 'module.function'. "
-                  "The first defines correctness for AER unless aer_correctness_reward says otherwise."},
+        metadata={
+            "help": f"Reward functions by name ({sorted(REWARD_FUNCS)}) or import path 'module.function'. "
+            "The first defines correctness for AER unless aer_correctness_reward says otherwise."
+        },
     )
     lab_train_size: int = field(default=4096, metadata={"help": "Lab only: number of training problems."})
     lab_data_seed: int = field(default=0, metadata={"help": "Lab only: seed of the problem generator."})
     lab_tiers: list[int] | None = field(default=None, metadata={"help": "Lab only: difficulty tiers to train on."})
+    lab_warm_start: str = field(
+        default="default",
+        metadata={"help": "Lab only: warm-start preset, 'default' (0.8M parameters) or 'tiny' (for quick checks)."},
+    )
     lab_cache_dir: str = field(
         default="runs/lab", metadata={"help": "Lab only: where the warm-started model is cached."}
     )
@@ -84,12 +97,15 @@ def apply_method(training_args: AERConfig, method: str) -> AERConfig:
 def lab_model_and_data(script_args: AERScriptArguments, training_args: AERConfig):
     """The lab's warm-started model path (built and cached on first use) and its training problems."""
     from .lab.tasks import make_arithmetic_dataset
-    from .lab.warmstart import WarmStartConfig, build_warm_start
+    from .lab.warmstart import WARM_START_PRESETS, build_warm_start
 
-    with training_args.main_process_first(desc="lab warm start"):  # rank 0 builds it, the others then reuse it
-        path = build_warm_start(
-            WarmStartConfig(), cache_dir=script_args.lab_cache_dir, disable_tqdm=training_args.disable_tqdm
+    if script_args.lab_warm_start not in WARM_START_PRESETS:
+        raise ValueError(
+            f"lab_warm_start: unknown preset {script_args.lab_warm_start!r}; known: {sorted(WARM_START_PRESETS)}"
         )
+    config = WARM_START_PRESETS[script_args.lab_warm_start]
+    with training_args.main_process_first(desc="lab warm start"):  # rank 0 builds it, the others then reuse it
+        path = build_warm_start(config, cache_dir=script_args.lab_cache_dir, disable_tqdm=training_args.disable_tqdm)
     dataset = make_arithmetic_dataset(
         script_args.lab_train_size, seed=script_args.lab_data_seed, tiers=script_args.lab_tiers
     )
@@ -121,8 +137,12 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
     model_name = model_args.model_name_or_path or lab_path
     dataset = lab_data if script_args.dataset_name is None else load_train_dataset(script_args)
 
-    model_init_kwargs = dict(revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code,
-                             attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
+    model_init_kwargs = dict(
+        revision=model_args.model_revision,
+        trust_remote_code=training_args.trust_remote_code,
+        attn_implementation=model_args.attn_implementation,
+        dtype=model_args.dtype,
+    )
     model_init_kwargs = {k: v for k, v in model_init_kwargs.items() if v is not None}
     training_args.model_init_kwargs = {**model_init_kwargs, **(training_args.model_init_kwargs or {})}
 

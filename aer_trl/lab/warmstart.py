@@ -36,6 +36,12 @@ class WarmStartConfig:
         return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
 
 
+WARM_START_PRESETS = {
+    "default": WarmStartConfig(),
+    "tiny": WarmStartConfig(hidden_size=32, num_layers=2, num_heads=2, num_examples=512, epochs=1.0, batch_size=64),
+}
+
+
 def warm_start_path(config: WarmStartConfig = WarmStartConfig(), cache_dir: str | Path = DEFAULT_CACHE) -> Path:
     return Path(cache_dir) / f"warmstart-{config.key()}"
 
@@ -59,7 +65,10 @@ def build_warm_start(
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_qwen3(
-        tokenizer, hidden_size=config.hidden_size, num_layers=config.num_layers, num_heads=config.num_heads,
+        tokenizer,
+        hidden_size=config.hidden_size,
+        num_layers=config.num_layers,
+        num_heads=config.num_heads,
         seed=config.seed,
     )
     dataset = make_sft_dataset(config.num_examples, seed=config.seed, noise=config.noise)

@@ -1,0 +1,127 @@
+"""`make demo`: GRPO and AER on the laptop lab from the same warm start, seed and budget.
+
+Writes, under --output_dir: one folder per run (model, metrics.jsonl), `figure.png` (entropy with H*, α, reward,
+accuracy per tier, response length, held-out pass@k), `passk.md` / `results.json`, and prints the table and timings.
+
+    python -m aer_trl.lab.demo --output_dir runs/demo              # ~6-8 minutes on 2 CPU cores
+    python -m aer_trl.lab.demo --seeds 0 1 2                       # the 3-seed comparison
+    python -m aer_trl.lab.demo --quick                             # the whole pipeline in seconds (tests)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from ..metrics import read_metrics
+from .report import evaluate_pass_at_k, passk_markdown, plot_runs
+from .tasks import make_arithmetic_dataset
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "lab" / "aer.yaml"
+
+
+def run_recipe(recipe: Path, overrides: list[str]):
+    from trl import ModelConfig, TrlParser
+
+    from ..config import AERConfig
+    from ..run import AERScriptArguments, train
+
+    parser = TrlParser((AERScriptArguments, AERConfig, ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config(args=["--config", str(recipe), *overrides])
+    trainer = train(script_args, training_args, model_args)
+    return script_args, training_args, trainer
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", default="runs/demo")
+    parser.add_argument("--methods", nargs="+", default=["grpo", "aer"], help="values of the recipe's `method` key")
+    parser.add_argument("--recipe", default=str(RECIPE), help="the lab recipe every method is run from")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--max_steps", type=int, default=None, help="override the recipes' budget")
+    parser.add_argument("--eval_per_tier", type=int, default=64, help="held-out problems per difficulty tier")
+    parser.add_argument("--eval_samples", type=int, default=16, help="samples per problem (n of pass@k)")
+    parser.add_argument("--lab_cache_dir", default="runs/lab")
+    parser.add_argument("--quick", action="store_true", help="tiny model and budget: checks the pipeline only")
+    args = parser.parse_args(argv)
+
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    overrides_common = ["--lab_cache_dir", args.lab_cache_dir]
+    if args.quick:
+        overrides_common += [
+            "--lab_warm_start",
+            "tiny",
+            "--lab_train_size",
+            "64",
+            "--per_device_train_batch_size",
+            "16",
+            "--num_generations",
+            "4",
+            "--disable_tqdm",
+            "true",
+            "--logging_steps",
+            "1",
+        ]
+        args.max_steps = args.max_steps or 3
+        args.eval_per_tier, args.eval_samples = min(args.eval_per_tier, 2), min(args.eval_samples, 4)
+    if args.max_steps:
+        overrides_common += ["--max_steps", str(args.max_steps)]
+
+    runs: dict[str, list[dict]] = {}
+    model_dirs: dict[str, list[Path]] = {m: [] for m in args.methods}
+    train_prompts: set[str] = set()
+    for seed in args.seeds:
+        for method in args.methods:
+            recipe = Path(args.recipe)
+            if not recipe.exists():
+                raise FileNotFoundError(f"--recipe: no such file {recipe}")
+            run_dir = out / f"{method}-seed{seed}"
+            start = time.perf_counter()
+            script_args, training_args, _ = run_recipe(
+                recipe, [*overrides_common, "--method", method, "--output_dir", str(run_dir), "--seed", str(seed)]
+            )
+            timings[f"{method}-seed{seed}"] = time.perf_counter() - start
+            model_dirs[method].append(run_dir)
+            if seed == args.seeds[0]:
+                runs[method] = read_metrics(run_dir / "metrics.jsonl")
+            train_prompts |= set(
+                make_arithmetic_dataset(script_args.lab_train_size, seed=script_args.lab_data_seed)["prompt"]
+            )
+
+    # held-out problems: the same for every run, none of them seen in training
+    from .tasks import TIERS
+
+    held_out = make_arithmetic_dataset(args.eval_per_tier * len(TIERS), seed=10_000, exclude=train_prompts)
+    start = time.perf_counter()
+    results: dict[str, list[dict]] = {m: [] for m in args.methods}
+    for method, dirs in model_dirs.items():
+        for seed, run_dir in zip(args.seeds, dirs):
+            results[method].append(
+                evaluate_pass_at_k(run_dir, held_out, n=args.eval_samples, seed=seed, disable_tqdm=args.quick)
+            )
+    timings["evaluation"] = time.perf_counter() - start
+
+    mean_passk = {
+        m: {"all": {k: sum(r["all"][k] for r in rs) / len(rs) for k in rs[0]["all"]}} for m, rs in results.items()
+    }
+    figure = plot_runs(runs, mean_passk, out / "figure.png")
+    tiers = sorted(k for k in next(iter(results.values()))[0] if k != "all")
+    table = "\n\n".join(
+        [f"### held-out pass@k (%), all tiers\n\n{passk_markdown(results)}"]
+        + [f"### {t}\n\n{passk_markdown(results, t)}" for t in tiers]
+    )
+    (out / "passk.md").write_text(table + "\n")
+    summary = {"seeds": args.seeds, "timings_s": timings, "passk": results, "figure": str(figure)}
+    (out / "results.json").write_text(json.dumps(summary, indent=2))
+    print(table)
+    print("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
+    print(f"figure: {figure}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

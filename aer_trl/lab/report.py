@@ -1,0 +1,121 @@
+"""Held-out pass@k for lab runs, and the demo's figure and tables."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from ..evaluation import mean_pass_at_k, sample_completions
+from ..rewards import math_accuracy_reward
+
+KS = (1, 2, 4, 8, 16)
+
+
+def evaluate_pass_at_k(
+    model_path,
+    dataset,
+    n: int = 16,
+    ks=KS,
+    max_new_tokens: int = 12,
+    seed: int = 0,
+    batch_size: int = 32,
+    disable_tqdm: bool = False,
+) -> dict:
+    """Sample n completions per held-out problem; pass@k overall and per difficulty tier."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    prompts, answers, tiers = list(dataset["prompt"]), list(dataset["answer"]), list(dataset["difficulty"])
+    samples = sample_completions(
+        model,
+        tokenizer,
+        prompts,
+        n=n,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        batch_size=batch_size,
+        desc=f"pass@k {Path(model_path).name}",
+        disable_tqdm=disable_tqdm,
+    )
+    counts = defaultdict(list)
+    for completions, answer, tier in zip(samples, answers, tiers):
+        correct = int(sum(r == 1.0 for r in math_accuracy_reward(completions, answer=[answer] * n)))
+        counts["all"].append((n, correct))
+        counts[f"tier{tier}"].append((n, correct))
+    ks = [k for k in ks if k <= n]
+    return {group: {k: mean_pass_at_k(c, k) for k in ks} for group, c in counts.items()}
+
+
+def passk_markdown(results: dict[str, list[dict]], group: str = "all") -> str:
+    """Rows: methods (mean over seeds); columns: pass@k in %."""
+    first = next(iter(results.values()))[0][group]
+    ks = sorted(first)
+    lines = ["| method | seeds | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---|---|" + "---|" * len(ks)]
+    for method, per_seed in results.items():
+        means = [sum(r[group][k] for r in per_seed) / len(per_seed) for k in ks]
+        lines.append(f"| {method} | {len(per_seed)} | " + " | ".join(f"{100 * m:.1f}" for m in means) + " |")
+    return "\n".join(lines)
+
+
+def _series(records: list[dict], key: str):
+    pts = [(r["step"], r[key]) for r in records if r.get(key) is not None and "train_runtime" not in r]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def plot_runs(runs: dict[str, list[dict]], passk: dict[str, dict] | None, path, tau: float | None = None) -> Path:
+    """One PNG: entropy (with H*), α, reward, accuracy per tier, response length and held-out pass@k."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    colors = {name: f"C{i}" for i, name in enumerate(runs)}
+    panels = [
+        (axes[0, 0], "aer/entropy", "policy entropy (nats/token)"),
+        (axes[0, 1], "aer/alpha", "AER global coefficient α"),
+        (axes[0, 2], "reward", "training reward (accuracy)"),
+        (axes[1, 1], "completions/mean_length", "mean response length (tokens)"),
+    ]
+    for ax, key, title in panels:
+        for name, records in runs.items():
+            ax.plot(*_series(records, key), color=colors[name], label=name)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+    ax = axes[0, 0]
+    for name, records in runs.items():
+        xs, ys = _series(records, "aer/target_entropy")
+        if ys and name.lower().startswith("aer"):
+            ax.axhline(ys[-1], color=colors[name], ls="--", lw=1, label=f"H* = τ·H0 ({name})")
+    ax.legend()
+    ax = axes[1, 0]
+    styles = ["-", "--", ":", "-."]
+    for i, (name, records) in enumerate(runs.items()):
+        tiers = sorted({k for r in records for k in r if k.startswith("lab/accuracy_tier")})
+        for j, key in enumerate(tiers):
+            ax.plot(
+                *_series(records, key),
+                color=f"C{j + 2}",
+                ls=styles[i % len(styles)],
+                label=f"{name} {key.split('_')[-1]}",
+            )
+    ax.set_title("training accuracy per difficulty tier")
+    ax.set_xlabel("step")
+    ax.legend(fontsize=7, ncol=2)
+    ax = axes[1, 2]
+    if passk:
+        for name, result in passk.items():
+            ks = sorted(result["all"])
+            ax.plot(ks, [100 * result["all"][k] for k in ks], marker="o", color=colors.get(name), label=name)
+        ax.set_xscale("log", base=2)
+        ax.legend()
+    ax.set_title("held-out pass@k (%)")
+    ax.set_xlabel("k")
+    axes[0, 1].legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
