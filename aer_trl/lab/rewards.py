@@ -1,4 +1,4 @@
-"""The lab's reward: the real recipes' `math_accuracy_reward`, plus per-tier accuracy logged as `lab/accuracy_tier{t}`."""
+"""The lab reward: `math_accuracy_reward` plus per-tier accuracy logged as `lab/accuracy_tier{t}`."""
 
 from __future__ import annotations
 
