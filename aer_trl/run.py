@@ -154,7 +154,12 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
         peft_config=get_peft_config(model_args),
         callbacks=[MetricsFileCallback()],
     )
+    trainer.aer_dataset_name = script_args.dataset_name or "aer_trl lab: synthetic arithmetic"
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    trainer.create_model_card(dataset_name=trainer.aer_dataset_name)
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=trainer.aer_dataset_name)
+        trainer.accelerator.print(f"Model pushed to the Hub: {trainer.hub_model_id}")
     return trainer

@@ -172,6 +172,42 @@ class AERGRPOTrainer(GRPOTrainer):
         if not math.isnan(entropy):
             self._metrics["train"]["aer/entropy"].append(entropy)
 
+    # ------------------------------------------------------------------------------------------------ model card
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
+        """TRL's model card plus an AER section: base model, data, ρ/τ/η and the controller's final α, H0, H*."""
+        dataset_name = dataset_name or getattr(self, "aer_dataset_name", None)
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
+        if not self.is_world_process_zero():
+            return
+        import os
+
+        from trl.trainer.utils import get_config_model_id
+
+        cb = self.aer_callback
+        fmt = lambda v: "n/a" if v is None else f"{v:.6g}"  # noqa: E731
+        rows = [
+            ("base model", get_config_model_id(self.model.config) or "n/a"),
+            ("dataset", dataset_name or "n/a"),
+            ("ρ (pivot accuracy)", fmt(self.args.aer_rho)),
+            ("τ (target ratio)", fmt(self.args.aer_tau)),
+            ("η (α step size)", fmt(self.args.aer_eta)),
+            ("difficulty-aware (C1)", str(self.args.aer_difficulty_aware)),
+            ("adaptive α (C2+C3)", str(self.args.aer_adaptive)),
+            ("final α", fmt(cb.alpha)),
+            ("H0 (initial entropy)", fmt(cb.initial_entropy)),
+            ("H* (target entropy)", fmt(cb.target_entropy)),
+            ("AER iterations", str(cb.controller.iteration)),
+        ]
+        section = (
+            "\n## Adaptive Entropy Regularization (AER)\n\n"
+            "Trained with `aer_trl.AERGRPOTrainer` (aer_trl, a TRL extension implementing Adaptive Entropy "
+            "Regularization: difficulty-aware entropy coefficients, an initial-anchored target entropy and a "
+            "dynamically adjusted global coefficient).\n\n| | |\n|---|---|\n"
+            + "".join(f"| {k} | {v} |\n" for k, v in rows)
+        )
+        with open(os.path.join(self.args.output_dir, "README.md"), "a") as f:
+            f.write(section)
+
     # ------------------------------------------------------------------------------------------------ logging
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if not any(key.startswith("eval_") for key in logs):
