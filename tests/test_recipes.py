@@ -15,7 +15,10 @@ from aer_trl.run import AERScriptArguments
 from tests import helpers
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml") if "accelerate_configs" not in p.parts)
+RECIPES = sorted(
+    p for p in (ROOT / "recipes").rglob("*.yaml") if "accelerate_configs" not in p.parts and "eval" not in p.parts
+)
+EVAL_RECIPES = sorted((ROOT / "recipes" / "eval").glob("*.yaml"))
 ACCELERATE_CONFIGS = sorted((ROOT / "recipes" / "accelerate_configs").glob("*.yaml"))
 CPU = ["--bf16", "false", "--use_cpu", "true"]  # the paper recipes ask for bf16 on GPUs
 
@@ -151,3 +154,11 @@ def test_train_script_trains_on_local_model_and_data_and_writes_card(tmp_path, t
     ):
         assert needle in card, needle
     assert (out / "model.safetensors").exists() and (out / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("recipe", EVAL_RECIPES, ids=lambda p: p.name)
+def test_eval_recipes_load_in_strict_mode(recipe):
+    from aer_trl.evaluate import EvalArguments
+
+    (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=["--config", str(recipe)])
+    assert args.num_samples >= max(args.k_list) and args.benchmarks

@@ -1,0 +1,27 @@
+"""Evaluate checkpoints on math benchmarks: pass@k / mean@k, a Table-1 style table, k50 and a pass@k plot.
+
+    python recipes/evaluate.py --config recipes/eval/paper.yaml --models runs/qwen3_4b_base-deepscaler-aer
+    python recipes/evaluate.py --models path/to/ckpt --benchmarks my_set.jsonl --num_samples 8 --k_list 1 2 4 8
+
+Interrupted runs resume from `<output_dir>/generations.jsonl`; `--rescore true` re-judges stored generations.
+"""
+
+import os
+import sys
+
+from trl import TrlParser
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from aer_trl.evaluate import EvalArguments, evaluate  # noqa: E402
+
+
+def main(argv=None):
+    (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=argv)
+    metrics = evaluate(args)
+    print(open(os.path.join(args.output_dir, "table.md")).read())
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
