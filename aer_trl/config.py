@@ -7,6 +7,22 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+AER_METHODS = ("aer", "aer_c1", "aer_c2c3", "aer_fixed")
+METHODS = {
+    "grpo": "plain TRL GRPO (no entropy term)",
+    "aer": "Adaptive Entropy Regularization, C1+C2+C3 (the paper)",
+    "aer_c1": "AER ablation 'C1 only': difficulty-aware λ with a fixed α = aer_alpha_init",
+    "aer_c2c3": "AER ablation 'C2&C3 only': adaptive α, λ = α for every sample",
+    "aer_fixed": "fixed entropy coefficient through AER: λ = aer_alpha_init for every sample",
+    "entropy_coef": "fixed entropy coefficient through TRL's `entropy_coef`",
+    "clip_higher": "Clip-Higher (DAPO) through TRL's `epsilon_high` (0.28 unless set)",
+    "skywork": "Skywork adaptive entropy control through TRL's `use_adaptive_entropy`/`entropy_target`",
+    "ent_adv": "Ent-Adv: per-token advantage + min(ent_adv_alpha·H, |A|/ent_adv_kappa)",
+    "clip_cov": "Clip-Cov: cut the gradient of a random clip_cov_ratio share of high-covariance tokens",
+    "kl_cov": "KL-Cov: unclipped loss + kl_cov_coef·|logπ − logπ_old| on the top kl_cov_ratio tokens by covariance",
+}
+TOKEN_LEVEL_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
 
 @dataclass
 class AERConfig(GRPOConfig):
@@ -18,6 +34,19 @@ class AERConfig(GRPOConfig):
     `α ← max(0, α + η · sgn(H* − H_t))` (C3) towards the target `H* = τ · H0` (C2).
     """
 
+    method: str = field(
+        default="aer",
+        metadata={"help": "Which method trains: " + "; ".join(f"'{k}': {v}" for k, v in METHODS.items()) + "."},
+    )
+    ent_adv_alpha: float = field(default=0.4, metadata={"help": "Ent-Adv: scale α of the entropy advantage term."})
+    ent_adv_kappa: float = field(default=2.0, metadata={"help": "Ent-Adv: the term is capped at |A|/κ."})
+    clip_cov_ratio: float = field(
+        default=2e-4, metadata={"help": "Clip-Cov: share r of tokens whose gradient is cut."}
+    )
+    clip_cov_lb: float = field(default=1.0, metadata={"help": "Clip-Cov: lower covariance bound of candidates."})
+    clip_cov_ub: float = field(default=5.0, metadata={"help": "Clip-Cov: upper covariance bound of candidates."})
+    kl_cov_ratio: float = field(default=2e-3, metadata={"help": "KL-Cov: share r of top-covariance tokens penalised."})
+    kl_cov_coef: float = field(default=1.0, metadata={"help": "KL-Cov: coefficient κ of |logπ − logπ_old|."})
     aer_rho: float = field(
         default=0.2,
         metadata={
@@ -75,8 +104,71 @@ class AERConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        self._apply_method()
         self._validate_aer()
         super().__post_init__()
+
+    @property
+    def aer_enabled(self) -> bool:
+        return self.method in AER_METHODS
+
+    def _apply_method(self) -> None:
+        """Check `method` and the keys it combines with; set the paper's settings the method implies."""
+        if self.method not in METHODS:
+            raise ValueError(f"method: unknown method {self.method!r}; known methods are {list(METHODS)}")
+        trl_entropy = self.entropy_coef != 0.0 or self.use_adaptive_entropy
+        if not self.aer_enabled:
+            if self.aer_alpha_init != 0.0:
+                raise ValueError(
+                    f"aer_alpha_init={self.aer_alpha_init} only applies to the AER methods {list(AER_METHODS)}; "
+                    f"method={self.method!r} trains without the AER bonus (set aer_alpha_init=0)"
+                )
+            self.aer_adaptive = False  # the controller still measures entropy and logs aer/*, with α = 0
+        if self.method in ("aer_c1", "aer_fixed") and self.aer_alpha_init <= 0:
+            raise ValueError(
+                f"method={self.method!r} needs aer_alpha_init > 0 (the fixed α), got {self.aer_alpha_init}"
+            )
+        if self.method == "aer_c1":
+            self.aer_adaptive = False
+        elif self.method == "aer_c2c3":
+            self.aer_difficulty_aware = False
+        elif self.method == "aer_fixed":
+            self.aer_adaptive, self.aer_difficulty_aware = False, False
+        if trl_entropy and self.method not in ("entropy_coef", "skywork") and not self.aer_enabled:
+            raise ValueError(
+                f"entropy_coef / use_adaptive_entropy add TRL's entropy bonus, which only the methods 'entropy_coef' "
+                f"and 'skywork' use; method={self.method!r} would run two exploration terms at once"
+            )
+        if self.method == "entropy_coef":
+            if self.entropy_coef <= 0 or self.use_adaptive_entropy:
+                raise ValueError(
+                    "method='entropy_coef' needs entropy_coef > 0 and use_adaptive_entropy=False "
+                    f"(got entropy_coef={self.entropy_coef}, use_adaptive_entropy={self.use_adaptive_entropy})"
+                )
+        elif self.method == "skywork":
+            self.use_adaptive_entropy = True
+        elif self.method == "clip_higher" and self.epsilon_high is None:
+            self.epsilon_high = 0.28
+        elif self.method == "clip_cov" and self.epsilon == 0.2 and self.epsilon_high is None:
+            self.epsilon, self.epsilon_high = 1.0, 1.0  # the paper's table: c_l = c_h = 1.0
+        elif self.method == "kl_cov":
+            self.epsilon, self.epsilon_high = 1.0, 1e9  # KL-Cov's policy loss is unclipped: −A·ratio
+        if self.method in ("ent_adv", "clip_cov", "kl_cov"):
+            if self.loss_type not in TOKEN_LEVEL_LOSSES or self.importance_sampling_level != "token":
+                raise ValueError(
+                    f"method={self.method!r} acts on per-token advantages/log-probabilities: it needs loss_type in "
+                    f"{list(TOKEN_LEVEL_LOSSES)} and importance_sampling_level='token' (got loss_type="
+                    f"{self.loss_type!r}, importance_sampling_level={self.importance_sampling_level!r})"
+                )
+        for name in ("ent_adv_kappa", "clip_cov_ub"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("ent_adv_alpha", "kl_cov_coef"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("clip_cov_ratio", "kl_cov_ratio"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
 
     def _validate_aer(self) -> None:
         def finite(name: str, value) -> float:
@@ -112,7 +204,7 @@ class AERConfig(GRPOConfig):
             raise ValueError(
                 f"num_generations must be >= 2 for AER (group accuracy needs a group), got {self.num_generations}"
             )
-        if self.entropy_coef != 0.0 or self.use_adaptive_entropy:
+        if self.aer_enabled and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
             raise ValueError(
                 "AER has its own entropy bonus: set entropy_coef=0.0 and use_adaptive_entropy=False "
                 f"(got entropy_coef={self.entropy_coef}, use_adaptive_entropy={self.use_adaptive_entropy})"

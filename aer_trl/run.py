@@ -25,17 +25,12 @@ REWARD_FUNCS = {
     "math_accuracy_reward": math_accuracy_reward,
     "lab_accuracy": lab_accuracy_reward,  # the same check, plus per-tier accuracy metrics for the lab
 }
-METHODS = ("aer", "grpo")
 
 
 @dataclass
 class AERScriptArguments:
     """What to train on and with which rewards; the training knobs live in `AERConfig`, the model in `ModelConfig`."""
 
-    method: str = field(
-        default="aer",
-        metadata={"help": f"Which method to train: one of {list(METHODS)}. 'grpo' is plain TRL GRPO (no bonus)."},
-    )
     dataset_name: str | None = field(
         default=None,
         metadata={
@@ -84,16 +79,6 @@ def resolve_reward_funcs(names: list[str]) -> list:
     return funcs
 
 
-def apply_method(training_args: AERConfig, method: str) -> AERConfig:
-    """'grpo' switches the bonus off (α = 0, not adaptive): bit-identical to TRL's GRPOTrainer (tested)."""
-    if method not in METHODS:
-        raise ValueError(f"method: unknown method {method!r}; known methods are {list(METHODS)}")
-    if method == "grpo":
-        training_args.aer_alpha_init = 0.0
-        training_args.aer_adaptive = False
-    return training_args
-
-
 def lab_model_and_data(script_args: AERScriptArguments, training_args: AERConfig):
     """The lab's warm-started model path (built and cached on first use) and its training problems."""
     from .lab.tasks import make_arithmetic_dataset
@@ -129,7 +114,6 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
     from .trainer import AERGRPOTrainer
 
     model_args = model_args or ModelConfig()
-    apply_method(training_args, script_args.method)
     reward_funcs = resolve_reward_funcs(script_args.reward_funcs)
 
     if model_args.model_name_or_path is None or script_args.dataset_name is None:

@@ -21,6 +21,7 @@ from trl import GRPOTrainer
 from .callback import AERCallback
 from .config import AERConfig
 from .controller import difficulty_coefficients, group_accuracy, hard_mask
+from .methods import clip_cov_mask, ent_adv_advantages, kl_cov_advantages
 
 
 def resolve_correctness_index(spec: int | str | None, reward_func_names: list[str]) -> int:
@@ -65,6 +66,8 @@ class AERGRPOTrainer(GRPOTrainer):
         self._aer_capture_entropy = False
         self._aer_entropies: torch.Tensor | None = None
         self._aer_entropy_stats: torch.Tensor | None = None  # local [sum of H over tokens, token count]
+        self._aer_loss_inputs: dict | None = None  # the batch TRL's loss is reading (for the per-token baselines)
+        self._clip_cov_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
 
     # ------------------------------------------------------------------------------------------------ controller
     @property
@@ -125,14 +128,56 @@ class AERGRPOTrainer(GRPOTrainer):
         logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._aer_capture_entropy and entropies is not None:
             self._aer_entropies = entropies
+            if self._aer_loss_inputs is not None:
+                logps = self._apply_token_method(logps, entropies, self._aer_loss_inputs)
         return logps, entropies, aux_loss
 
+    def _apply_token_method(self, logps, entropies, inputs: dict):
+        """Ent-Adv / Clip-Cov / KL-Cov: TRL's loss reads `inputs["advantages"]` and these log-probabilities right
+        after this call, so per-token advantages and gradient cuts plug in without copying `_compute_loss`."""
+        method, args = self.args.method, self.args
+        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
+        mask = mask.to(logps.dtype)
+        advantages = inputs["advantages"]
+        old = inputs.get("old_per_token_logps")
+        old = logps.detach() if old is None else old
+        mode = "train" if self.model.training else "eval"
+        n_tokens = mask.sum().clamp(min=1.0)
+        if method == "ent_adv":
+            new_adv = ent_adv_advantages(advantages, entropies, mask, args.ent_adv_alpha, args.ent_adv_kappa)
+            base = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+            self._metrics[mode]["ent_adv/bonus_mean"].append((((new_adv - base) * mask).sum() / n_tokens).item())
+            inputs["advantages"] = new_adv
+        elif method == "clip_cov":
+            cut = clip_cov_mask(
+                advantages,
+                logps,
+                old,
+                mask,
+                args.clip_cov_ratio,
+                args.clip_cov_lb,
+                args.clip_cov_ub,
+                args.epsilon,
+                args.epsilon_high,
+                self._clip_cov_generator,
+            )
+            self._metrics[mode]["clip_cov/zeroed_fraction"].append((cut.sum() / n_tokens).item())
+            logps = torch.where(cut, logps.detach(), logps)
+        elif method == "kl_cov":
+            new_adv, selected = kl_cov_advantages(advantages, logps, old, mask, args.kl_cov_ratio, args.kl_cov_coef)
+            self._metrics[mode]["kl_cov/penalized_fraction"].append((selected.sum() / n_tokens).item())
+            inputs["advantages"] = new_adv
+        return logps
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self.args.method in ("ent_adv", "clip_cov", "kl_cov"):
+            inputs = dict(inputs)  # a shallow copy: the buffered rollout batch is left as it was
+            self._aer_loss_inputs = inputs
         self._aer_capture_entropy, self._aer_entropies = True, None
         try:
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         finally:
-            self._aer_capture_entropy = False
+            self._aer_capture_entropy, self._aer_loss_inputs = False, None
         entropies, self._aer_entropies = self._aer_entropies, None
         if entropies is None:
             raise RuntimeError("TRL's loss did not compute token entropies; AERGRPOTrainer cannot add its bonus")

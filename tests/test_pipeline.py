@@ -37,12 +37,12 @@ def test_train_script_default_is_the_lab(tmp_path, monkeypatch):
     monkeypatch.setattr(train, "train", lambda s, t, m: captured.update(script=s, training=t, model=m))
     train.main(["--output_dir", str(tmp_path)])
     assert captured["script"].dataset_name is None and captured["model"].model_name_or_path is None
-    assert captured["training"].use_cpu and captured["script"].method == "aer"
+    assert captured["training"].use_cpu and captured["training"].method == "aer"
     assert captured["training"].output_dir == str(tmp_path)  # flags override the YAML
 
 
-def test_unknown_method_is_a_clear_error(tmp_path):
-    from aer_trl.run import apply_method
+def test_unknown_reward_is_a_clear_error():
+    from aer_trl.run import resolve_reward_funcs
 
-    with pytest.raises(ValueError, match="unknown method 'ppo'"):
-        apply_method(None, "ppo")
+    with pytest.raises(ValueError, match="unknown reward 'nope'"):
+        resolve_reward_funcs(["nope"])
