@@ -37,7 +37,7 @@ NOTES = {
     "kl_cov": "KL-Cov's penalty acts on tokens whose policy moved since sampling (steps_per_generation > "
     "gradient_accumulation_steps or num_iterations > 1); with one optimizer step per rollout it is plain unclipped "
     "GRPO.",
-    "entropy_coef": "The coefficient is a starting point to tune: the paper reports a tuned value without printing it.",
+    "entropy_coef": "A starting point to tune: the paper reports a tuned value without printing it.",
     "aer_fixed": "Fixed coefficient through AER (lambda = aer_alpha_init on every sample).",
 }
 SETTINGS = {
