@@ -41,5 +41,15 @@ demo:
 train:
 	$(BIN)/accelerate launch recipes/train.py
 
+# What AER costs over GRPO (step time, peak memory) at several sizes; CUDA when present. Then entropy tracking.
+bench:
+	$(BIN)/python benchmarks/step_cost.py --json runs/bench/step_cost.json
+	@if ls runs/demo/*-seed*/metrics.jsonl >/dev/null 2>&1; then $(BIN)/python benchmarks/entropy_tracking.py runs/demo; fi
+
+# Execute every notebook headless (test mode: tiny model, a few steps); NOTEBOOK_MODE=full for the real runs.
+NOTEBOOK_MODE ?= test
+notebooks:
+	AER_NOTEBOOK_MODE=$(NOTEBOOK_MODE) $(BIN)/python -m aer_trl.notebooks notebooks/*.ipynb
+
 clean:
 	rm -rf runs outputs .pytest_cache .ruff_cache

@@ -124,6 +124,12 @@ class AERGRPOTrainer(GRPOTrainer):
         return output
 
     # ------------------------------------------------------------------------------------------------ loss
+    @staticmethod
+    def _trained_mask(inputs: dict) -> torch.Tensor:
+        """The completion tokens TRL's loss trains on (tool outputs excluded), as in `_compute_loss`."""
+        mask = inputs["completion_mask"]
+        return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
+
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._aer_capture_entropy and entropies is not None:
@@ -136,8 +142,7 @@ class AERGRPOTrainer(GRPOTrainer):
         """Ent-Adv / Clip-Cov / KL-Cov: TRL's loss reads `inputs["advantages"]` and these log-probabilities right
         after this call, so per-token advantages and gradient cuts plug in without copying `_compute_loss`."""
         method, args = self.args.method, self.args
-        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
-        mask = mask.to(logps.dtype)
+        mask = self._trained_mask(inputs).to(logps.dtype)
         advantages = inputs["advantages"]
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
@@ -182,10 +187,7 @@ class AERGRPOTrainer(GRPOTrainer):
         if entropies is None:
             raise RuntimeError("TRL's loss did not compute token entropies; AERGRPOTrainer cannot add its bonus")
 
-        mask = inputs["completion_mask"]
-        if "tool_mask" in inputs:
-            mask = mask * inputs["tool_mask"]
-        mask = mask.to(entropies.dtype)
+        mask = self._trained_mask(inputs).to(entropies.dtype)
         mode = "train" if self.model.training else "eval"
 
         lam = inputs.get("aer_lambda")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -32,11 +33,27 @@ ACCELERATE = [
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def launch(out: Path, *launcher_args: str, script_args=()):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    cmd = [*ACCELERATE, *launcher_args, str(SCRIPT), "--output_dir", str(out), *script_args]
+    cmd = [
+        *ACCELERATE,
+        "--main_process_port",
+        str(free_port()),
+        *launcher_args,
+        str(SCRIPT),
+        "--output_dir",
+        str(out),
+        *script_args,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "Error" in line or "error" in line]
+    assert proc.returncode == 0, "\n".join(errors[-20:]) + "\n" + proc.stderr[-4000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 

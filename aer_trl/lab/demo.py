@@ -22,6 +22,22 @@ from .tasks import make_arithmetic_dataset
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "lab" / "aer.yaml"
 
 
+def held_out_set(per_tier: int, train_prompts: set[str]):
+    """The same problems for every run: per tier, unseen in training where the tier has unseen problems left
+    (the 1-digit tiers have only 100 and 64 distinct problems, all seen in training: there, a fresh draw)."""
+    from datasets import concatenate_datasets
+
+    from .tasks import TIERS
+
+    parts = []
+    for tier in TIERS:
+        try:
+            parts.append(make_arithmetic_dataset(per_tier, seed=10_000 + tier, tiers=[tier], exclude=train_prompts))
+        except ValueError:
+            parts.append(make_arithmetic_dataset(per_tier, seed=10_000 + tier, tiers=[tier]))
+    return concatenate_datasets(parts)
+
+
 def run_recipe(recipe: Path, overrides: list[str]):
     from trl import ModelConfig, TrlParser
 
@@ -92,10 +108,7 @@ def main(argv=None) -> dict:
                 make_arithmetic_dataset(script_args.lab_train_size, seed=script_args.lab_data_seed)["prompt"]
             )
 
-    # held-out problems: the same for every run, none of them seen in training
-    from .tasks import TIERS
-
-    held_out = make_arithmetic_dataset(args.eval_per_tier * len(TIERS), seed=10_000, exclude=train_prompts)
+    held_out = held_out_set(args.eval_per_tier, train_prompts)
     start = time.perf_counter()
     results: dict[str, list[dict]] = {m: [] for m in args.methods}
     for method, dirs in model_dirs.items():

@@ -1,0 +1,28 @@
+"""Every notebook executes headless in test mode (tiny model, a few steps) without a cell error."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from aer_trl.notebooks import execute
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+pytestmark = pytest.mark.slow
+
+
+def test_there_are_three_notebooks_committed_without_outputs():
+    assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_entropy_dynamics.ipynb", "03_gpu_and_hub.ipynb"]
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), path.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path, monkeypatch):
+    monkeypatch.setenv("AER_NOTEBOOK_MODE", "test")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    seconds = execute(path, timeout=300)
+    assert seconds < 300
