@@ -48,6 +48,9 @@ class EvalArguments:
     batch_size: int = field(default=8, metadata={"help": "Problems per generation batch (transformers backend)."})
     max_problems: int | None = field(default=None, metadata={"help": "Evaluate only the first N problems."})
     backend: str = field(default="auto", metadata={"help": "'auto', 'vllm' or 'transformers'."})
+    data_parallel: int = field(
+        default=0, metadata={"help": "Worker processes, one per GPU. 0: every visible GPU with vLLM, else 1."}
+    )
     rescore: bool = field(default=False, metadata={"help": "Re-judge stored generations instead of keeping verdicts."})
 
     def __post_init__(self):
@@ -165,22 +168,23 @@ def load_records(path: Path) -> list[dict]:
     return records
 
 
-def evaluate(args: EvalArguments, generator_factory=None) -> dict:
-    """Run (or resume) the evaluation; returns the metrics dict also written to `metrics.json`."""
+def load_done(out: Path) -> dict:
+    """(model, benchmark) -> {problem index: record}, from every generations*.jsonl in `out` (shards included)."""
+    done = defaultdict(dict)
+    for path in sorted(out.glob("generations*.jsonl")):
+        for r in load_records(path):
+            done[(r["model"], r["benchmark"])][r["index"]] = r
+    return done
+
+
+def generate_missing(args: EvalArguments, factory, shard: int = 0, num_shards: int = 1) -> None:
+    """Generate and judge every batch not yet on disk; batch b belongs to shard b % num_shards. A batch is seeded
+    from its position, so the samples are the same whatever the sharding or the interruptions."""
     from .data import load_math_dataset
 
-    if not args.models:
-        raise ValueError("models: give at least one checkpoint folder or Hub id")
     out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    gen_path = out / "generations.jsonl"
-    records = load_records(gen_path)
-    done = defaultdict(dict)  # (model, benchmark) -> {problem index: record}
-    for r in records:
-        done[(r["model"], r["benchmark"])][r["index"]] = r
-
-    backend = choose_backend(args.backend)
-    factory = generator_factory or (VLLMGenerator if backend == "vllm" else TransformersGenerator).from_pretrained
+    gen_path = out / ("generations.jsonl" if num_shards == 1 else f"generations.shard{shard}.jsonl")
+    done = load_done(out)
     for model_name in args.models:
         generator = None
         for bench in args.benchmarks:
@@ -188,7 +192,8 @@ def evaluate(args: EvalArguments, generator_factory=None) -> dict:
             if args.max_problems is not None:
                 data = data.select(range(min(args.max_problems, len(data))))
             have = done[(model_name, bench)]
-            for start in tqdm(range(0, len(data), args.batch_size), desc=f"{Path(model_name).name} | {bench}"):
+            starts = [s for s in range(0, len(data), args.batch_size) if (s // args.batch_size) % num_shards == shard]
+            for start in tqdm(starts, desc=f"{Path(model_name).name} | {bench}", disable=shard > 0):
                 idx = list(range(start, min(start + args.batch_size, len(data))))
                 if all(i in have for i in idx):
                     continue
@@ -199,7 +204,51 @@ def evaluate(args: EvalArguments, generator_factory=None) -> dict:
                         rec.update(model=model_name, benchmark=bench)
                         have[i] = rec
                         f.write(json.dumps(rec) + "\n")
-    return score(args, done)
+
+
+def _shard_worker(args: EvalArguments, backend: str, shard: int, num_shards: int) -> None:
+    factory = (VLLMGenerator if backend == "vllm" else TransformersGenerator).from_pretrained
+    generate_missing(args, factory, shard, num_shards)
+
+
+def evaluate(args: EvalArguments, generator_factory=None) -> dict:
+    """Run (or resume) the evaluation; returns the metrics dict also written to `metrics.json`.
+
+    With the vLLM backend and several GPUs (or `data_parallel` > 1), the batches are spread over one worker process
+    per GPU (`CUDA_VISIBLE_DEVICES` set for each), each appending to its own shard file.
+    """
+    if not args.models:
+        raise ValueError("models: give at least one checkpoint folder or Hub id")
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    backend = choose_backend(args.backend)
+    workers = args.data_parallel or (torch.cuda.device_count() if backend == "vllm" else 1)
+    if generator_factory is not None or workers <= 1:
+        factory = generator_factory or (VLLMGenerator if backend == "vllm" else TransformersGenerator).from_pretrained
+        generate_missing(args, factory)
+    else:
+        import multiprocessing as mp
+        import os
+
+        ctx = mp.get_context("spawn")
+        procs, visible = [], os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+        for shard in range(workers):
+            if gpus:
+                os.environ["CUDA_VISIBLE_DEVICES"] = gpus[shard % len(gpus)]
+            proc = ctx.Process(target=_shard_worker, args=(args, backend, shard, workers))
+            proc.start()
+            procs.append(proc)
+        if visible is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        for proc in procs:
+            proc.join()
+        failed = [i for i, p in enumerate(procs) if p.exitcode != 0]
+        if failed:
+            raise RuntimeError(f"evaluation workers {failed} failed; re-run to resume from the generations on disk")
+    return score(args, load_done(out))
 
 
 def generate_and_judge(generator, data, idx: list[int], seed: int) -> list[dict]:

@@ -115,3 +115,15 @@ def test_pass_at_k_callback_records_best_checkpoint(tmp_path, tokenizer, model_a
     assert best["step"] == cb.best_step and best["pass@1"] == max(h["pass@1"] for h in cb.history)
     assert (tmp_path / f"checkpoint-{cb.best_step}").exists()
     assert any(k.startswith("eval_passk/bench/pass@1") for h in trainer.state.log_history for k in h)
+
+
+def test_data_parallel_workers_give_the_same_result(tmp_path, model_and_bench):
+    """Batches spread over 2 worker processes (one per GPU with vLLM; here on CPU) give the single-process result."""
+    model, bench = model_and_bench
+    reference = evaluate(make_args(tmp_path / "ref", model, bench))
+    sharded = evaluate(make_args(tmp_path / "dp", model, bench, data_parallel=2, backend="transformers"))
+    assert sharded == reference
+    assert sorted(p.name for p in (tmp_path / "dp").glob("generations*.jsonl")) == [
+        "generations.shard0.jsonl",
+        "generations.shard1.jsonl",
+    ]

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..metrics import read_metrics
-from .report import evaluate_pass_at_k, passk_markdown, plot_runs
+from .report import evaluate_pass_at_k, passk_markdown, plot_entropy, plot_runs, summary_markdown
 from .tasks import make_arithmetic_dataset
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "lab" / "aer.yaml"
@@ -128,9 +128,13 @@ def main(argv=None) -> dict:
         + [f"### {t}\n\n{passk_markdown(results, t)}" for t in tiers]
     )
     (out / "passk.md").write_text(table + "\n")
+    summary_table = summary_markdown(results, runs, timings)
+    (out / "summary.md").write_text(summary_table + "\n")
+    plot_entropy(runs, out / "entropy.png")
     summary = {"seeds": args.seeds, "timings_s": timings, "passk": results, "figure": str(figure)}
     (out / "results.json").write_text(json.dumps(summary, indent=2))
     print(table)
+    print("\n### summary (held-out pass@k %, final training entropy, training seconds)\n\n" + summary_table)
     print("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
     print(f"figure: {figure}")
     return summary

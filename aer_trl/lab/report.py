@@ -119,3 +119,46 @@ def plot_runs(runs: dict[str, list[dict]], passk: dict[str, dict] | None, path, 
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def summary_markdown(results: dict[str, list[dict]], runs: dict[str, list[dict]], timings: dict[str, float]) -> str:
+    """One row per method: held-out pass@1 and pass@8 per tier (mean over seeds), final entropy, training time."""
+    tiers = sorted(k for k in next(iter(results.values()))[0] if k != "all")
+    head = (
+        "| method | " + " | ".join(f"{t} p@1 | {t} p@8" for t in tiers) + " | all p@1 | all p@8 | final H | time (s) |"
+    )
+    lines = [head, "|---" * (2 * len(tiers) + 5) + "|"]
+    for method, per_seed in results.items():
+        cells = []
+        for group in [*tiers, "all"]:
+            for k in (1, 8):
+                vals = [r[group].get(k) for r in per_seed if k in r[group]]
+                cells.append(f"{100 * sum(vals) / len(vals):.1f}" if vals else "–")
+        ents = [r["aer/entropy"] for r in runs.get(method, []) if r.get("aer/entropy") is not None]
+        secs = [v for k, v in timings.items() if k.rsplit("-seed", 1)[0] == method]
+        final = f"{ents[-1]:.3f}" if ents else "–"
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {final} | {sum(secs) / max(1, len(secs)):.0f} |")
+    return "\n".join(lines)
+
+
+def plot_entropy(runs: dict[str, list[dict]], path) -> Path:
+    """Entropy over steps for every method in one panel, with the AER target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for i, (name, records) in enumerate(runs.items()):
+        ax.plot(*_series(records, "aer/entropy"), color=f"C{i % 10}", ls="-" if i < 10 else "--", label=name)
+    targets = [r["aer/target_entropy"] for rs in runs.values() for r in rs if r.get("aer/target_entropy")]
+    if targets:
+        ax.axhline(targets[-1], color="k", ls=":", lw=1, label="AER target H*")
+    ax.set_xlabel("step")
+    ax.set_ylabel("policy entropy (nats/token)")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
