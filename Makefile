@@ -13,7 +13,6 @@ export TOKENIZERS_PARALLELISM ?= false
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 
 install: $(BIN)/python
 	@if [ -n "$(TORCH_SPEC)" ]; then echo "installing $(TORCH_SPEC) (CPU)"; $(BIN)/pip install -q "$(TORCH_SPEC)"; fi

@@ -358,9 +358,7 @@ class PassAtKCallback(TrainerCallback, ExportableState):
         seed: int = 0,
     ):
         self.benchmark, self.eval_steps = benchmark, eval_steps
-        self.eval_args = EvalArguments(
-            models=["<training>"],
-            benchmarks=[benchmark],
+        sampling = dict(
             num_samples=num_samples,
             k_list=list(k_list),
             max_new_tokens=max_new_tokens,
@@ -369,17 +367,8 @@ class PassAtKCallback(TrainerCallback, ExportableState):
             batch_size=batch_size,
             seed=seed,
         )
-        self._init = dict(
-            benchmark=benchmark,
-            eval_steps=eval_steps,
-            num_samples=num_samples,
-            k_list=list(k_list),
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            max_problems=max_problems,
-            batch_size=batch_size,
-            seed=seed,
-        )
+        self.eval_args = EvalArguments(models=["<training>"], benchmarks=[benchmark], **sampling)
+        self._init = dict(benchmark=benchmark, eval_steps=eval_steps, **sampling)  # what `state()` saves
         self.best_pass_at_1: float | None = None
         self.best_step: int | None = None
         self.history: list[dict] = []
