@@ -226,6 +226,7 @@ def main(argv=None) -> list[dict]:
             flush=True,
         )
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
     return rows

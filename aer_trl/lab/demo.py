@@ -6,6 +6,7 @@ accuracy per tier, response length, held-out pass@k), `passk.md` / `results.json
     python -m aer_trl.lab.demo --output_dir runs/demo              # ~6-8 minutes on 2 CPU cores
     python -m aer_trl.lab.demo --seeds 0 1 2                       # the 3-seed comparison
     python -m aer_trl.lab.demo --quick                             # the whole pipeline in seconds (tests)
+    python -m aer_trl.lab.demo --methods grpo clip_higher ent_adv aer --output_dir runs/methods   # any methods
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..metrics import read_metrics
 from .report import evaluate_pass_at_k, passk_markdown, plot_entropy, plot_runs, summary_markdown
 from .tasks import make_arithmetic_dataset
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "lab" / "aer.yaml"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "lab"
 
 
 def held_out_set(per_tier: int, train_prompts: set[str]):
@@ -53,8 +54,8 @@ def run_recipe(recipe: Path, overrides: list[str]):
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default="runs/demo")
-    parser.add_argument("--methods", nargs="+", default=["grpo", "aer"], help="values of the recipe's `method` key")
-    parser.add_argument("--recipe", default=str(RECIPE), help="the lab recipe every method is run from")
+    parser.add_argument("--methods", nargs="+", default=["grpo", "aer"], help="methods: <recipes_dir>/<method>.yaml")
+    parser.add_argument("--recipes_dir", default=str(RECIPES), help="the lab recipes (one per method)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--max_steps", type=int, default=None, help="override the recipes' budget")
     parser.add_argument("--eval_per_tier", type=int, default=64, help="held-out problems per difficulty tier")
@@ -92,13 +93,13 @@ def main(argv=None) -> dict:
     train_prompts: set[str] = set()
     for seed in args.seeds:
         for method in args.methods:
-            recipe = Path(args.recipe)
+            recipe = Path(args.recipes_dir) / f"{method}.yaml"
             if not recipe.exists():
-                raise FileNotFoundError(f"--recipe: no such file {recipe}")
+                raise FileNotFoundError(f"--methods: no recipe {recipe} for method {method!r}")
             run_dir = out / f"{method}-seed{seed}"
             start = time.perf_counter()
             script_args, training_args, _ = run_recipe(
-                recipe, [*overrides_common, "--method", method, "--output_dir", str(run_dir), "--seed", str(seed)]
+                recipe, [*overrides_common, "--output_dir", str(run_dir), "--seed", str(seed)]
             )
             timings[f"{method}-seed{seed}"] = time.perf_counter() - start
             model_dirs[method].append(run_dir)
