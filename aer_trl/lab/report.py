@@ -149,8 +149,14 @@ def plot_entropy(runs: dict[str, list[dict]], path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 5))
+    firsts = sorted(ys[0] for ys in (_series(r, "aer/entropy")[1] for r in runs.values()) if ys)
+    top = 2.5 * firsts[len(firsts) // 2] if firsts else None  # a run that explodes must not flatten the others
     for i, (name, records) in enumerate(runs.items()):
-        ax.plot(*_series(records, "aer/entropy"), color=f"C{i % 10}", ls="-" if i < 10 else "--", label=name)
+        xs, ys = _series(records, "aer/entropy")
+        label = f"{name} (off scale: max {max(ys):.2f})" if top and ys and max(ys) > top else name
+        ax.plot(xs, ys, color=f"C{i % 10}", ls="-" if i < 10 else "--", label=label)
+    if top:
+        ax.set_ylim(0, top)
     targets = [r["aer/target_entropy"] for rs in runs.values() for r in rs if r.get("aer/target_entropy")]
     if targets:
         ax.axhline(targets[-1], color="k", ls=":", lw=1, label="AER target H*")
