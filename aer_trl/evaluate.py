@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +21,6 @@ from transformers.trainer_callback import ExportableState
 
 from .evaluation import k50, mean_pass_at_k
 from .rewards import math_accuracy_reward
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass

@@ -8,7 +8,6 @@ the data (the lab's arithmetic, or a data set by name/file), the reward function
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -17,8 +16,6 @@ from .config import AERConfig
 from .lab.rewards import lab_accuracy_reward
 from .metrics import MetricsFileCallback
 from .rewards import math_accuracy_reward
-
-logger = logging.getLogger(__name__)
 
 REWARD_FUNCS = {
     "math_accuracy": math_accuracy_reward,
