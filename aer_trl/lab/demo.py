@@ -7,6 +7,7 @@ accuracy per tier, response length, held-out pass@k), `passk.md` / `results.json
     python -m aer_trl.lab.demo --seeds 0 1 2                       # the 3-seed comparison
     python -m aer_trl.lab.demo --quick                             # the whole pipeline in seconds (tests)
     python -m aer_trl.lab.demo --methods grpo clip_higher ent_adv aer --output_dir runs/methods   # any methods
+    python -m aer_trl.lab.demo --steps_per_generation 4 --per_device_train_batch_size 64   # flags for every recipe
 """
 
 from __future__ import annotations
@@ -62,12 +63,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--eval_samples", type=int, default=16, help="samples per problem (n of pass@k)")
     parser.add_argument("--lab_cache_dir", default="runs/lab")
     parser.add_argument("--quick", action="store_true", help="tiny model and budget: checks the pipeline only")
-    args = parser.parse_args(argv)
+    args, recipe_overrides = parser.parse_known_args(argv)  # any other flag goes to every recipe (e.g. --lr ...)
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
-    overrides_common = ["--lab_cache_dir", args.lab_cache_dir]
+    overrides_common = ["--lab_cache_dir", args.lab_cache_dir, *recipe_overrides]
     if args.quick:
         overrides_common += [
             "--lab_warm_start",
