@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from .evaluation import k50, mean_pass_at_k
+from .evaluation import k50, mean_pass_at_k, sample_completions
 from .rewards import math_accuracy_reward
 
 
@@ -95,27 +95,22 @@ class TransformersGenerator:
         model = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype).to(device).eval()
         return cls(model, AutoTokenizer.from_pretrained(model_name), args)
 
-    @torch.no_grad()
     def __call__(self, prompts: list, seed: int) -> list[list[str]]:
+        # one batch, seeded by the caller: the same samples whatever came before (resume, sharding)
         texts = [prompt_text(p, self.tokenizer) for p in prompts]
-        side, self.tokenizer.padding_side = self.tokenizer.padding_side, "left"
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.model.device)
-        self.tokenizer.padding_side = side
-        rng = torch.random.get_rng_state()
-        torch.manual_seed(seed)
-        out = self.model.generate(
-            **enc,
-            do_sample=True,
-            temperature=self.args.temperature,
-            top_p=self.args.top_p,
-            max_new_tokens=self.args.max_new_tokens,
-            num_return_sequences=self.args.num_samples,
-            pad_token_id=self.tokenizer.pad_token_id,
+        a = self.args
+        return sample_completions(
+            self.model,
+            self.tokenizer,
+            texts,
+            n=a.num_samples,
+            temperature=a.temperature,
+            top_p=a.top_p,
+            max_new_tokens=a.max_new_tokens,
+            batch_size=len(texts),
+            seed=seed,
+            disable_tqdm=True,
         )
-        torch.random.set_rng_state(rng)  # evaluation must not shift the training run's random stream
-        decoded = self.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-        n = self.args.num_samples
-        return [decoded[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
 class VLLMGenerator:  # pragma: no cover - needs a CUDA GPU

@@ -14,9 +14,11 @@ How it plugs into TRL (no copy of TRL's loss):
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 from trl import GRPOTrainer
+from trl.trainer.utils import get_config_model_id
 
 from .callback import AERCallback
 from .config import AERConfig
@@ -48,8 +50,6 @@ class AERGRPOTrainer(GRPOTrainer):
 
     def __init__(self, model, reward_funcs=None, args: AERConfig | None = None, *pos_args, callbacks=None, **kwargs):
         if args is None:
-            from trl.trainer.utils import get_config_model_id
-
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = AERConfig(f"{model_name.split('/')[-1]}-AER")
         if not isinstance(args, AERConfig):
@@ -226,9 +226,6 @@ class AERGRPOTrainer(GRPOTrainer):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
         if not self.is_world_process_zero():
             return
-        import os
-
-        from trl.trainer.utils import get_config_model_id
 
         cb = self.aer_callback
         fmt = lambda v: "n/a" if v is None else f"{v:.6g}"  # noqa: E731
