@@ -113,7 +113,9 @@ class AERGRPOTrainer(GRPOTrainer):
         )
         local = output["advantages"].size(0)
         process_slice = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
-        output["aer_lambda"] = lam[process_slice].to(output["advantages"].device)
+        # λ stays on the host (one float per completion): compute_loss can then skip λ = 0 micro-batches without
+        # waiting for the device; TRL's shuffle and split index host tensors like device ones.
+        output["aer_lambda"] = lam[process_slice].cpu()
 
         metrics = self._metrics[mode]
         metrics["aer/lambda_mean"].append(lam.mean().item())
@@ -191,10 +193,11 @@ class AERGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
 
         lam = inputs.get("aer_lambda")
-        if lam is not None and bool((lam != 0).any()):
+        if lam is not None and bool((lam != 0).any()):  # on the host: no device sync
             seq_entropy = (entropies * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # H_i, carries gradient
             accumulation_factor = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-            loss = loss - (lam.to(seq_entropy.dtype) * seq_entropy).mean() / accumulation_factor
+            lam = lam.to(device=seq_entropy.device, dtype=seq_entropy.dtype, non_blocking=True)
+            loss = loss - (lam * seq_entropy).mean() / accumulation_factor
 
         if mode == "train":
             stats = torch.stack([(entropies.detach() * mask).sum(), mask.sum()]).float()

@@ -326,3 +326,10 @@ def test_resume_continues_the_same_alpha_trajectory(tmp_path, tokenizer, restore
     assert alphas(resumed) == alphas(full)
     assert (b.initial_entropy, b.target, b.iteration) == (a.initial_entropy, a.target, a.iteration)
     assert isinstance(resumed.aer_callback, AERCallback)
+
+
+def test_lambda_is_kept_on_the_host(tmp_path, tokenizer):
+    """λ rides through TRL's shuffle/split as a host tensor, so skipping λ = 0 micro-batches never waits on a GPU."""
+    trainer = train_aer(tmp_path, tokenizer, max_steps=1)
+    lams = [batch["aer_lambda"] for batch in trainer._buffered_inputs]
+    assert lams and all(lam.device.type == "cpu" and lam.dim() == 1 for lam in lams)
