@@ -1,54 +1,138 @@
-"""Verifiable math reward (SPEC §4): 1.0 / 0.0 by math-verify, None when the gold answer cannot be parsed."""
+"""Verifiable math reward: 1.0 / 0.0 by math-verify, None when the gold answer cannot be parsed.
+
+What counts as the final answer (the policy; docs/design.md says why):
+
+- The answer format is the one the prompt asks for: `answer_format` when given (an argument or a dataset column),
+  else read from the prompt (`\\boxed` → "boxed", `####` → "gsm8k", `Answer:` → "answer"), else "boxed" (every
+  loader of `aer_trl.data` asks for `\\boxed{}`).
+- "boxed": the answer is the content of the **last** `\\boxed{...}` (or `\\fbox{...}`) with balanced braces. A
+  completion without one, or whose last one is cut off before its closing brace, is not credited.
+- "answer": the rest of the last line that starts with `Answer:` (or `Final answer:`); "gsm8k": the rest of the last
+  line starting with `####`. Without that line: not credited.
+- `credit_unmarked=True` (opt-in) falls back, for completions without the marker, to math-verify's own extraction over
+  the last 2,000 characters (the loose policy of many graders: "the last number wins", truncated text included).
+
+Before parsing, the text is normalised: NFKC (fullwidth digits and letters), every Unicode decimal digit mapped to
+ASCII (Arabic-Indic and others), zero-width characters and soft hyphens removed. Answer-choice wrappers such as
+`\\textbf{(C)}\\ 12` or `(C) 12` are reduced to what follows the letter (or the letter alone). The extracted answer is
+bounded (`MAX_ANSWER_CHARS`): longer ones are not credited. Checking runs in worker processes with a hard wall-clock
+limit per completion on every thread (`aer_trl.verifier`), so no model output can hang or crash the caller.
+
+Timeouts, unparseable answers and missing markers are counted (`pop_reward_stats()`); `AERGRPOTrainer` logs them as
+`rewards/math_accuracy/{timeouts,unparsed,unmarked}` and the evaluation harness writes them to `metrics.json`.
+"""
 
 from __future__ import annotations
 
-import logging
 import re
 import threading
-from functools import lru_cache
+import unicodedata
+from collections import Counter
 
-from math_verify import parse, verify
+from .verifier import get_pool, parse_gold
 
-# Off the main thread math-verify runs without its SIGALRM timeout and warns on every call; once is enough.
-logging.getLogger("math_verify").setLevel(logging.ERROR)
+__all__ = [
+    "math_accuracy_reward",
+    "parse_gold",
+    "completion_text",
+    "extract_answer",
+    "normalize_text",
+    "pop_reward_stats",
+]
 
-__all__ = ["math_accuracy_reward", "parse_gold", "completion_text"]
+ANSWER_FORMATS = ("boxed", "answer", "gsm8k")
+MAX_ANSWER_CHARS = 1000
+UNMARKED_TAIL_CHARS = 2000
 
-_GSM8K_GOLD = re.compile(r"####\s*(.+?)\s*$", re.S)
-_ANSWER_LINE = re.compile(r"(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$", re.I | re.S)
+_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
+_BOX = re.compile(r"\\(?:boxed|fbox)")
+_CHOICE = re.compile(
+    r"^\s*(?:\\text(?:bf|rm|normal)?\s*\{\s*\(?\s*([A-E])\s*\)?\s*\}|\(\s*([A-E])\s*\))\s*((?:\\[ ,;:!]|~|\s)*)(.*)$",
+    re.S,
+)
+_ANSWER_MARK = re.compile(r"(?im)^[ \t>*_#-]*(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$")
+_GSM8K_MARK = re.compile(r"(?m)####\s*(.+?)\s*$")
+
+_STATS: Counter = Counter()
+_STATS_LOCK = threading.Lock()
 
 
-def _timeouts() -> dict:
-    # math-verify's timeouts use SIGALRM, which only works on the main thread: elsewhere run without one.
-    on_main = threading.current_thread() is threading.main_thread()
-    return {"parsing_timeout": 5 if on_main else None}
+def pop_reward_stats() -> dict[str, int]:
+    """Counts since the last call (all threads): completions judged, timeouts, unparsed answers, missing markers."""
+    with _STATS_LOCK:
+        stats = dict(_STATS)
+        _STATS.clear()
+    return stats
 
 
-@lru_cache(maxsize=65536)
-def parse_gold(gold: str) -> tuple:
-    """Parse a gold answer (`\\boxed{}`, `Answer: X`, GSM8K's `#### X` or a bare expression); () if unparseable."""
-    if gold is None:
-        return ()
-    text = str(gold).strip()
-    if not text:
-        return ()
-    match = _GSM8K_GOLD.search(text)
-    if match:
-        text = match.group(1).replace(",", "")
-    elif "\\boxed" not in text:
-        match = _ANSWER_LINE.search(text)
-        if match:
-            text = match.group(1)
-    try:
-        if "\\boxed" in text or "$" in text:
-            parsed = parse(text, **_timeouts())
-        else:
-            parsed = parse(f"${text}$", **_timeouts()) or parse(text, **_timeouts())
-    except Exception:
-        return ()
-    if all(isinstance(x, str) for x in parsed) and not any(ch.isalnum() for x in parsed for ch in x):
-        return ()  # only math-verify's string fallback of something with no letters or digits ("???", "-")
-    return tuple(parsed)
+def normalize_text(text: str) -> str:
+    """NFKC, Unicode decimal digits → ASCII, zero-width characters and soft hyphens removed."""
+    text = unicodedata.normalize("NFKC", text).translate(_ZERO_WIDTH)
+    if text.isascii():
+        return text
+    return "".join(str(unicodedata.decimal(c)) if not c.isascii() and c.isdecimal() else c for c in text)
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` with balanced braces; None when there is none or it is cut off."""
+    starts = [m.start() for m in _BOX.finditer(text)]
+    for start in reversed(starts):  # the last one that is complete; a cut-off last box is not skipped over
+        i = _BOX.match(text, start).end()
+        while i < len(text) and text[i] == " ":
+            i += 1
+        if i >= len(text) or text[i] != "{":
+            return None
+        depth = 0
+        for j in range(i, len(text)):
+            if text[j] == "{":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[i + 1 : j]
+        return None
+    return None
+
+
+def _strip_choice(answer: str) -> str:
+    """`\\textbf{(C)}\\ 12` / `(C) 12` → `12`; `\\textbf{(C)}` alone → `C`."""
+    match = _CHOICE.match(answer)
+    if not match:
+        return answer
+    rest = match.group(4).strip()
+    return rest if rest else (match.group(1) or match.group(2))
+
+
+def infer_answer_format(prompt) -> str:
+    text = completion_text(prompt) if prompt is not None else ""
+    if "\\boxed" in text:
+        return "boxed"
+    if "####" in text:
+        return "gsm8k"
+    if re.search(r"(?i)answer\s*:", text):
+        return "answer"
+    return "boxed"
+
+
+def extract_answer(text: str, answer_format: str = "boxed") -> str | None:
+    """The final answer of a completion under `answer_format`, normalised; None when the completion has none."""
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+    text = normalize_text(text)
+    if answer_format == "boxed":
+        answer = _last_boxed(text)
+    else:
+        matches = (_GSM8K_MARK if answer_format == "gsm8k" else _ANSWER_MARK).findall(text)
+        answer = matches[-1] if matches else None
+        if answer is not None and answer_format == "gsm8k":
+            answer = answer.replace(",", "")
+        if answer is not None:
+            answer = answer.rstrip(".").strip().strip("$").strip()
+            inner = _last_boxed(answer)
+            answer = answer if inner is None else inner
+    if answer is None:
+        return None
+    return _strip_choice(answer.strip())
 
 
 def completion_text(completion) -> str:
@@ -67,28 +151,67 @@ def completion_text(completion) -> str:
     return str(completion)
 
 
-def _score(text: str, gold: tuple) -> float:
-    try:
-        pred = parse(text, **_timeouts())
-        if not pred:
-            return 0.0
-        on_main = threading.current_thread() is threading.main_thread()
-        return 1.0 if verify(list(gold), pred, timeout_seconds=5 if on_main else None) else 0.0
-    except Exception:  # never raise on model output
-        return 0.0
+def _per_item(value, n: int) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value] * n
 
 
-def math_accuracy_reward(completions, answer=None, solution=None, **kwargs) -> list[float | None]:
+def math_accuracy_reward(
+    completions,
+    answer=None,
+    solution=None,
+    prompts=None,
+    answer_format=None,
+    credit_unmarked: bool = False,
+    **kwargs,
+) -> list[float | None]:
     """TRL reward function: 1.0 when math-verify finds the completion's final answer equal to the gold one.
 
     The gold comes from the dataset's `answer` column, or else `solution`; a gold that cannot be parsed gives None
-    (TRL then leaves the completion out of the group statistics, and AER out of the group accuracy).
+    (TRL then leaves the completion out of the group statistics, and AER out of the group accuracy). The final answer
+    is the one the prompt asks for (see the module docstring): by default the last complete `\\boxed{}`; the text
+    before parsing is at most that answer (≤ `MAX_ANSWER_CHARS`), or with `credit_unmarked=True` the last
+    `UNMARKED_TAIL_CHARS` characters of a completion without the marker. Never raises on model output and never takes
+    more than the verifier's hard limit (5 s) per completion, on any thread.
     """
     golds = answer if answer is not None else solution
     if golds is None:
         raise ValueError("math_accuracy_reward needs an `answer` or `solution` column in the dataset")
-    rewards: list[float | None] = []
-    for completion, gold in zip(completions, golds, strict=True):
-        parsed_gold = parse_gold(None if gold is None else str(gold))
-        rewards.append(None if not parsed_gold else _score(completion_text(completion), parsed_gold))
+    golds = list(golds)
+    n = len(golds)
+    if len(completions) != n:
+        raise ValueError(f"math_accuracy_reward: {len(completions)} completions but {n} gold answers")
+    formats = _per_item(answer_format, n)
+    prompt_list = _per_item(prompts, n)
+    credit = _per_item(credit_unmarked, n)
+
+    rewards: list[float | None] = [0.0] * n
+    requests, slots = [], []
+    counts = Counter(judged=n)
+    for i, (completion, gold) in enumerate(zip(completions, golds)):
+        gold = None if gold is None else str(gold)
+        if not parse_gold(gold):
+            rewards[i] = None
+            counts["no_gold"] += 1
+            continue
+        fmt = formats[i] or infer_answer_format(prompt_list[i])
+        text = completion_text(completion)
+        extracted = extract_answer(text, fmt)
+        if extracted is None:
+            if not credit[i]:
+                counts["unmarked"] += 1
+                continue
+            requests.append({"text": normalize_text(text[-UNMARKED_TAIL_CHARS:]), "gold": gold})
+        elif len(extracted) > MAX_ANSWER_CHARS or not extracted:
+            counts["unparsed"] += 1
+            continue
+        else:
+            wrapped = f"\\boxed{{{extracted}}}" if fmt == "boxed" else extracted
+            requests.append({"text": wrapped, "gold": gold, "latex_wrap": fmt != "boxed"})
+        slots.append(i)
+    for i, (verdict, status) in zip(slots, get_pool().check(requests)):
+        rewards[i] = verdict
+        if status != "ok":
+            counts["timeouts" if status == "timeout" else "unparsed"] += 1
+    with _STATS_LOCK:
+        _STATS.update(counts)
     return rewards

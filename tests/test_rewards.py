@@ -1,10 +1,12 @@
-"""math_accuracy_reward on a table of real answer formats, right and wrong (SPEC §4)."""
+"""math_accuracy_reward: a table of real answer formats, the final-answer policy, and outputs built to hang it."""
 
 import threading
+import time
 
 import pytest
 
-from aer_trl.rewards import math_accuracy_reward
+from aer_trl.rewards import extract_answer, math_accuracy_reward, pop_reward_stats
+from aer_trl.verifier import VerifierPool
 
 CASES = [
     # (completion, gold, expected)
@@ -25,8 +27,6 @@ CASES = [
     ("\\boxed{1,234}", "1234", 1.0),
     ("\\boxed{1234}", "Natalia sold 1234 clips.\n#### 1,234", 1.0),
     ("\\boxed{1243}", "#### 1,234", 0.0),
-    ("Answer: 42", "\\boxed{42}", 1.0),
-    ("Answer: 24", "\\boxed{42}", 0.0),
     ("", "5", 0.0),
     ("garbage ))(( \\boxed{", "5", 0.0),
 ]
@@ -38,12 +38,15 @@ def test_reward_table(completion, gold, expected):
 
 
 def test_conversational_completions_and_solution_column():
-    completions = [[{"role": "assistant", "content": "Thus \\boxed{7}."}], [{"role": "assistant", "content": "8"}]]
+    completions = [
+        [{"role": "assistant", "content": "Thus \\boxed{7}."}],
+        [{"role": "assistant", "content": "\\boxed{8}"}],
+    ]
     assert math_accuracy_reward(completions, solution=["7", "7"]) == [1.0, 0.0]
 
 
 def test_unparseable_gold_gives_none():
-    assert math_accuracy_reward(["5", "5", "5"], answer=["???", "", None]) == [None, None, None]
+    assert math_accuracy_reward(["\\boxed{5}"] * 3, answer=["???", "", None]) == [None, None, None]
 
 
 def test_missing_gold_column_is_a_clear_error():
@@ -57,3 +60,105 @@ def test_safe_off_the_main_thread():
     thread.start()
     thread.join(30)
     assert out == [[1.0, 0.0]]
+
+
+# ------------------------------------------------------------------------------------------- the answer policy
+@pytest.mark.parametrize(
+    ("completion", "gold", "expected"),
+    [
+        ("Step 1: 9 + 9 = 18. Step 18: we", "18", 0.0),  # cut off before any \boxed{}: not credited
+        ("\\boxed{20} ... wait, actually \\boxed{18}", "18", 1.0),  # the last boxed answer counts
+        ("\\boxed{18} ... no: \\boxed{20}", "18", 0.0),
+        ("the answer is \\boxed{18} and then \\boxed{2", "18", 0.0),  # the last box is cut off
+        ("\\boxed{\\textbf{(C)}\\ 12}", "12", 1.0),  # answer-choice wrappers
+        ("\\boxed{(C) 12}", "12", 1.0),
+        ("\\boxed{\\textbf{(C)}}", "C", 1.0),
+        ("\\boxed{１２}", "12", 1.0),  # fullwidth digits
+        ("\\boxed{١٢}", "12", 1.0),  # Arabic-Indic digits
+        ("\\boxed{1\u200b2}", "12", 1.0),  # a zero-width space
+        ("\\boxed{1\u200b3}", "12", 0.0),
+    ],
+)
+def test_final_answer_policy(completion, gold, expected):
+    assert math_accuracy_reward([completion], answer=[gold]) == [expected]
+
+
+def test_answer_line_and_gsm8k_formats_follow_the_prompt():
+    asks_answer = "Solve it. End with a line 'Answer: <number>'."
+    asks_gsm8k = "Solve it. End with '#### <number>'."
+    assert math_accuracy_reward(["x = 42\nAnswer: 42"], answer=["42"], prompts=[asks_answer]) == [1.0]
+    assert math_accuracy_reward(["Answer: 41\nAnswer: 42."], answer=["42"], prompts=[asks_answer]) == [1.0]
+    assert math_accuracy_reward(["so 42"], answer=["42"], prompts=[asks_answer]) == [0.0]
+    assert math_accuracy_reward(["so\n#### 1,234"], answer=["#### 1234"], prompts=[asks_gsm8k]) == [1.0]
+    # an explicit answer_format (argument or dataset column) wins over the prompt
+    assert math_accuracy_reward(["Answer: 42"], answer=["42"], answer_format=["answer"]) == [1.0]
+    assert math_accuracy_reward(["Answer: 42"], answer=["42"]) == [0.0]  # default: \boxed{} is asked for
+
+
+def test_credit_unmarked_is_an_explicit_option():
+    assert math_accuracy_reward(["so it is 18"], answer=["18"]) == [0.0]
+    assert math_accuracy_reward(["so it is 18"], answer=["18"], credit_unmarked=True) == [1.0]
+    pop_reward_stats()
+    math_accuracy_reward(["so it is 18", "\\boxed{18}"], answer=["18", "18"])
+    assert pop_reward_stats() == {"judged": 2, "unmarked": 1}
+
+
+def test_extract_answer_bounds_and_formats():
+    assert extract_answer("a \\boxed{1} b \\boxed{\\frac{1}{2}} c") == "\\frac{1}{2}"
+    assert extract_answer("no box here") is None
+    assert extract_answer("#### 1,234\n", "gsm8k") == "1234"
+    with pytest.raises(ValueError, match="answer_format"):
+        extract_answer("x", "latex")
+
+
+# ------------------------------------------------------------------------------------------- built to hang
+ADVERSARIAL = {
+    "power tower": ("\\boxed{9^{9^{9^{9}}}}", "1"),
+    "10k nested braces": ("\\boxed{" + "{" * 10000 + "1" + "}" * 10000 + "}", "1"),
+    "100k boxes": ("\\boxed{1}" * 100_000, "1"),
+    "1 MB of digits": ("9" * 1_000_000 + " \\boxed{3}", "3"),
+}
+LIMIT = 6.0 + 4.0  # the documented ~6 s per completion, with slack for a loaded CI machine
+
+
+def _timed(completions, golds):
+    start = time.monotonic()
+    out = math_accuracy_reward(completions, answer=golds)
+    return out, time.monotonic() - start
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_adversarial_outputs_return_in_time_on_the_main_thread(name):
+    completion, gold = ADVERSARIAL[name]
+    math_accuracy_reward(["\\boxed{1}"], answer=["1"])  # start the verifier workers outside the timing
+    out, elapsed = _timed([completion], [gold])
+    assert len(out) == 1 and out[0] in (0.0, 1.0) and elapsed < LIMIT, (name, elapsed)
+    if name in ("100k boxes", "1 MB of digits"):
+        assert out == [1.0]  # the last boxed answer, found fast
+
+
+def test_adversarial_outputs_return_in_time_on_a_worker_thread():
+    completions = [c for c, _ in ADVERSARIAL.values()] + ["\\boxed{7}"]
+    golds = [g for _, g in ADVERSARIAL.values()] + ["7"]
+    math_accuracy_reward(["\\boxed{1}"], answer=["1"])
+    box = []
+    thread = threading.Thread(target=lambda: box.append(_timed(completions, golds)))
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive() and box, "the reward hung on a worker thread"
+    out, elapsed = box[0]
+    assert out[-1] == 1.0 and out[2] == 1.0 and elapsed < 2 * LIMIT  # not serialised behind the slow ones
+
+
+def test_hard_limit_kills_a_stuck_check_and_counts_it():
+    pool = VerifierPool(workers=2, timeout=1.0)
+    try:
+        start = time.monotonic()
+        out = pool.check(
+            [{"text": "\\boxed{9^{9^{9^{9}}}}", "gold": "1"}, {"text": "\\boxed{7}", "gold": "7"}],
+        )
+        elapsed = time.monotonic() - start
+        assert out[0] == (0.0, "timeout") and out[1] == (1.0, "ok") and elapsed < 1.0 + 4.0
+        assert pool.check([{"text": "\\boxed{2}", "gold": "2"}]) == [(1.0, "ok")]  # a fresh worker took over
+    finally:
+        pool.close()

@@ -1,0 +1,245 @@
+"""Checking model answers against gold answers in worker processes with a hard wall-clock limit.
+
+math-verify's own timeouts use SIGALRM, which works only on a process's main thread and cannot interrupt long C-level
+work (a huge integer power, say). Model output can be built to hit either case, and TRL calls reward functions from
+other threads. So every check runs in a small pool of worker processes (`python -m aer_trl.verifier`, JSON lines over
+pipes; no `multiprocessing`, so nothing re-imports the user's script, and the worker runs this file alone, without
+importing torch or TRL): each answer gets `timeout` seconds from the
+moment it is handed to a worker, after which that worker is killed and replaced and the answer scores 0 with status
+`timeout`. Answers are spread over the workers, so one slow answer does not hold up the others.
+
+Workers: `AER_VERIFY_WORKERS` (default: min(4, CPU count)). Inside a worker math-verify also runs with its own
+timeouts (on the worker's main thread), so most pathological inputs end well before the hard limit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import re
+import selectors
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from functools import lru_cache
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 5.0  # seconds per answer, hard
+_STARTUP_TIMEOUT = 120.0  # importing sympy in a fresh worker; not charged to any answer
+
+
+class _Worker:
+    def __init__(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", os.path.abspath(__file__)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+        self.buffer = b""
+        self.ready = False
+        self.task: int | None = None
+        self.deadline = 0.0
+        self.started = time.monotonic()
+
+    def send(self, task: int, request: dict, timeout: float) -> None:
+        self.task, self.deadline = task, time.monotonic() + timeout
+        self.proc.stdin.write((json.dumps({"id": task, **request}) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def read_lines(self) -> list[dict] | None:
+        """Lines the worker has written; None when it has exited."""
+        chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+        if not chunk:
+            return None
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        except Exception:  # already gone
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except Exception:
+                pass
+
+
+class VerifierPool:
+    """A pool of verifier processes; `check(requests)` returns one (verdict, status) per request, in order."""
+
+    def __init__(self, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT):
+        self.size = workers or int(os.environ.get("AER_VERIFY_WORKERS", 0)) or min(4, os.cpu_count() or 1)
+        self.timeout = timeout
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.kill()
+        self._workers = []
+
+    def check(self, requests: list[dict], timeout: float | None = None) -> list[tuple[float, str]]:
+        if not requests:
+            return []
+        timeout = self.timeout if timeout is None else timeout
+        with self._lock:  # one caller at a time; within a call the answers run in parallel
+            return self._run(requests, timeout)
+
+    def _run(self, requests: list[dict], timeout: float) -> list[tuple[float, str]]:
+        results: list[tuple[float, str] | None] = [None] * len(requests)
+        pending = deque(range(len(requests)))
+        while len(self._workers) < min(self.size, len(requests)):
+            self._workers.append(_Worker())
+        selector = selectors.DefaultSelector()
+        for worker in self._workers:
+            selector.register(worker.proc.stdout, selectors.EVENT_READ, worker)
+        try:
+            while pending or any(w.task is not None for w in self._workers):
+                for worker in self._workers:
+                    if worker.ready and worker.task is None and pending:
+                        i = pending.popleft()
+                        try:
+                            worker.send(i, requests[i], timeout)
+                        except (BrokenPipeError, OSError):
+                            pending.appendleft(i)
+                            self._replace(worker, selector)
+                now = time.monotonic()
+                waits = [w.deadline - now for w in self._workers if w.task is not None]
+                waits += [w.started + _STARTUP_TIMEOUT - now for w in self._workers if not w.ready]
+                for key, _ in selector.select(timeout=max(0.0, min(waits)) if waits else 1.0):
+                    worker = key.data
+                    lines = worker.read_lines()
+                    if lines is None:  # the worker died (out of memory, a crash inside sympy...)
+                        if worker.task is not None:
+                            results[worker.task] = (0.0, "error")
+                        self._replace(worker, selector)
+                        continue
+                    for msg in lines:
+                        if msg.get("ready"):
+                            worker.ready = True
+                        elif msg.get("id") == worker.task:
+                            results[worker.task] = (float(msg["verdict"]), msg["status"])
+                            worker.task = None
+                now = time.monotonic()
+                for worker in list(self._workers):
+                    if worker.task is not None and now >= worker.deadline:
+                        results[worker.task] = (0.0, "timeout")
+                        self._replace(worker, selector)
+                    elif not worker.ready and now >= worker.started + _STARTUP_TIMEOUT:
+                        raise RuntimeError("the answer-verifier worker (python -m aer_trl.verifier) did not start")
+        finally:
+            selector.close()
+        return results  # type: ignore[return-value]
+
+    def _replace(self, worker: _Worker, selector) -> None:
+        try:
+            selector.unregister(worker.proc.stdout)
+        except (KeyError, ValueError):
+            pass
+        worker.kill()
+        fresh = _Worker()
+        self._workers[self._workers.index(worker)] = fresh
+        selector.register(fresh.proc.stdout, selectors.EVENT_READ, fresh)
+
+
+_POOL: VerifierPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def get_pool() -> VerifierPool:
+    """The process-wide pool (started on first use, closed at exit; a forked child starts its own)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or getattr(_POOL, "_pid", None) != os.getpid():
+            _POOL = VerifierPool()
+            _POOL._pid = os.getpid()  # type: ignore[attr-defined]
+            atexit.register(_POOL.close)
+        return _POOL
+
+
+# ----------------------------------------------------------------------------------------------- gold answers
+_GSM8K_GOLD = re.compile(r"####\s*(.+?)\s*$", re.S)
+_ANSWER_LINE = re.compile(r"(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$", re.I | re.S)
+
+
+def _timeouts() -> dict:
+    # math-verify's timeouts use SIGALRM, which only works on the main thread (gold answers are trusted data)
+    return {"parsing_timeout": 5 if threading.current_thread() is threading.main_thread() else None}
+
+
+@lru_cache(maxsize=65536)
+def parse_gold(gold: str) -> tuple:
+    """Parse a gold answer (`\\boxed{}`, `Answer: X`, GSM8K's `#### X` or a bare expression); () if unparseable."""
+    from math_verify import parse
+
+    if gold is None:
+        return ()
+    text = str(gold).strip()
+    if not text:
+        return ()
+    match = _GSM8K_GOLD.search(text)
+    if match:
+        text = match.group(1).replace(",", "")
+    elif "\\boxed" not in text:
+        match = _ANSWER_LINE.search(text)
+        if match:
+            text = match.group(1)
+    try:
+        if "\\boxed" in text or "$" in text:
+            parsed = parse(text, **_timeouts())
+        else:
+            parsed = parse(f"${text}$", **_timeouts()) or parse(text, **_timeouts())
+    except Exception:
+        return ()
+    if all(isinstance(x, str) for x in parsed) and not any(ch.isalnum() for x in parsed for ch in x):
+        return ()  # only math-verify's string fallback of something with no letters or digits ("???", "-")
+    return tuple(parsed)
+
+
+# ----------------------------------------------------------------------------------------------- worker side
+def _verify_one(request: dict) -> tuple[int, str]:
+    from math_verify import parse, verify
+
+    gold = parse_gold(request["gold"])
+    if not gold:
+        return 0, "no_gold"
+    text = request["text"]
+    if request.get("latex_wrap"):
+        pred = parse(f"${text}$", parsing_timeout=3) or parse(text, parsing_timeout=3)
+    else:
+        pred = parse(text, parsing_timeout=3)
+    if not pred:
+        return 0, "unparsed"
+    return (1 if verify(list(gold), pred, timeout_seconds=3) else 0), "ok"
+
+
+def _serve() -> None:  # pragma: no cover - runs in the worker process
+    logging.disable(logging.CRITICAL)
+    import math_verify  # noqa: F401  (import before saying ready: startup is not charged to an answer)
+
+    out = sys.stdout
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            verdict, status = _verify_one(request)
+        except Exception:
+            verdict, status = 0, "error"
+        out.write(json.dumps({"id": request["id"], "verdict": verdict, "status": status}) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _serve()
