@@ -13,7 +13,7 @@ from trl import TrlParser
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from aer_trl.evaluate import EvalArguments, evaluate  # noqa: E402
+from aer_trl.evaluation import EvalArguments, evaluate  # noqa: E402
 
 
 def main(argv=None):

@@ -1,10 +1,15 @@
-"""The evaluation harness end to end on a tiny local model and a local benchmark (transformers backend)."""
+"""The evaluation harness as an adversary would use it: interrupted, torn, changed, resumed (transformers backend)."""
 
+import errno
 import json
+import logging
+import os
 
 import pytest
+import torch
 
-from aer_trl.evaluate import EvalArguments, PassAtKCallback, TransformersGenerator, evaluate
+from aer_trl.evaluation import EvalArguments, PassAtKCallback, evaluate
+from aer_trl.evaluation.harness import TransformersGenerator
 from tests import helpers
 
 
@@ -14,43 +19,59 @@ def model_and_bench(tmp_path, tokenizer):
     helpers.make_model(tokenizer).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     bench = tmp_path / "bench.jsonl"
-    # the char model emits mostly single characters: make a few golds likely to be hit by chance
     rows = [{"question": f"{i}?", "answer": str(i % 3)} for i in range(10)]
     bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(model_dir), str(bench)
 
 
 def make_args(out, model, bench, **kw):
+    settings = dict(num_samples=8, k_list=[1, 2, 4, 8], max_new_tokens=2, batch_size=3, seed=7)
+    settings.update(kw)
     return EvalArguments(
-        models=[model],
-        benchmarks=[bench],
-        output_dir=str(out),
-        num_samples=8,
-        k_list=[1, 2, 4, 8],
-        max_new_tokens=2,
-        batch_size=3,
-        seed=7,
-        **kw,
+        models=[model] if isinstance(model, str) else model, benchmarks=[bench], output_dir=str(out), **settings
     )
 
 
-class Counting:
-    """Wraps the generator factory, counts the problems generated and can fail after some batches."""
+class Fake:
+    """A generator factory whose samples are a pure function of (problem seed, sample index, settings), with boxed
+    answers that are sometimes right; counts what it generates and can fail after some calls."""
 
     def __init__(self, fail_after=None):
-        self.problems, self.batches, self.fail_after = 0, 0, fail_after
+        self.problems, self.calls, self.fail_after = 0, 0, fail_after
+
+    def __call__(self, model_name, args):
+        def run(texts, seeds):
+            if self.fail_after is not None and self.calls >= self.fail_after:
+                raise KeyboardInterrupt("simulated interruption")
+            self.calls += 1
+            self.problems += len(texts)
+            salt = round(args.temperature * 100) + args.max_new_tokens + round(args.top_p * 10)
+            return [[f"so \\boxed{{{(s + j + salt) % 3}}}" for j in range(args.num_samples)] for s in seeds]
+
+        return run
+
+
+class Real:
+    """The transformers generator (the tiny model), counted, failing after some calls when asked."""
+
+    def __init__(self, fail_after=None):
+        self.problems, self.calls, self.fail_after = 0, 0, fail_after
 
     def __call__(self, model_name, args):
         gen = TransformersGenerator.from_pretrained(model_name, args)
 
-        def run(prompts, seed):
-            if self.fail_after is not None and self.batches >= self.fail_after:
+        def run(texts, seeds):
+            if self.fail_after is not None and self.calls >= self.fail_after:
                 raise KeyboardInterrupt("simulated interruption")
-            self.batches += 1
-            self.problems += len(prompts)
-            return gen(prompts, seed)
+            self.calls += 1
+            self.problems += len(texts)
+            return gen(texts, seeds)
 
         return run
+
+
+def lines(out):
+    return (out / "generations.jsonl").read_text().splitlines()
 
 
 def test_end_to_end_table_json_plot(tmp_path, model_and_bench):
@@ -58,35 +79,179 @@ def test_end_to_end_table_json_plot(tmp_path, model_and_bench):
     metrics = evaluate(make_args(tmp_path / "eval", model, bench))
     out = tmp_path / "eval"
     m = metrics[model][bench]
-    assert m["num_problems"] == 10
+    assert m["num_problems"] == 10 and m["num_samples"] == 8 and m["k_list"] == [1, 2, 4, 8]
     assert 0.0 <= m["pass@1"] <= m["pass@2"] <= m["pass@4"] <= m["pass@8"] <= 1.0
     assert m["mean@n"] == pytest.approx(m["pass@1"])
+    assert m["fingerprint"]["max_new_tokens"] == 2 and "weights" in m["fingerprint"]["model"]
     assert json.loads((out / "metrics.json").read_text()) == json.loads(json.dumps(metrics))
     table = (out / "table.md").read_text()
     assert "| Method | bench pass@1 | bench pass@8 | Avg. pass@1 | Avg. pass@8 |" in table and "| tiny |" in table
+    assert "| tiny | bench | 10 | 8 |" in table  # problems and n stated
     assert (out / "passk.png").stat().st_size > 5000
-    lines = (out / "generations.jsonl").read_text().splitlines()
-    assert len(lines) == 10 and all(len(json.loads(x)["completions"]) == 8 for x in lines)
+    assert len(lines(out)) == 10 and all(len(json.loads(x)["completions"]) == 8 for x in lines(out))
 
 
-def test_resume_after_interruption_matches_uninterrupted_run(tmp_path, model_and_bench):
+def test_real_model_interrupted_then_resumed_equals_uninterrupted(tmp_path, model_and_bench):
     model, bench = model_and_bench
-    reference = evaluate(make_args(tmp_path / "ref", model, bench))
-
-    first = Counting(fail_after=2)
+    reference = evaluate(make_args(tmp_path / "ref", model, bench), generator_factory=Real())
+    first = Real(fail_after=4)
     with pytest.raises(KeyboardInterrupt):
         evaluate(make_args(tmp_path / "resumed", model, bench), generator_factory=first)
-    assert first.problems == 6  # two batches of 3 written before the interruption
-    second = Counting()
-    resumed = evaluate(make_args(tmp_path / "resumed", model, bench), generator_factory=second)
-    assert second.problems == 4  # only the unfinished problems are generated again
-    assert resumed == reference
-    ref_lines = sorted((tmp_path / "ref" / "generations.jsonl").read_text().splitlines())
-    assert sorted((tmp_path / "resumed" / "generations.jsonl").read_text().splitlines()) == ref_lines
+    assert first.problems == 4  # one problem per call with transformers
+    second = Real()
+    assert evaluate(make_args(tmp_path / "resumed", model, bench), generator_factory=second) == reference
+    assert second.problems == 6
+    assert sorted(lines(tmp_path / "resumed")) == sorted(lines(tmp_path / "ref"))
 
-    third = Counting()
-    rescored = evaluate(make_args(tmp_path / "resumed", model, bench, rescore=True), generator_factory=third)
-    assert third.problems == 0 and rescored == reference  # re-scored from disk, nothing generated
+    third = Real()
+    assert evaluate(make_args(tmp_path / "resumed", model, bench, rescore=True), generator_factory=third) == reference
+    assert third.problems == 0  # re-scored from disk, nothing generated
+
+
+def test_torn_last_line_is_repaired_and_resume_is_exact(tmp_path, model_and_bench, caplog):
+    model, bench = model_and_bench
+    reference = evaluate(make_args(tmp_path / "ref", model, bench), generator_factory=Fake())
+    out = tmp_path / "torn"
+    evaluate(make_args(out, model, bench), generator_factory=Fake())
+    data = (out / "generations.jsonl").read_bytes()
+    cut = data.rfind(b"\n", 0, len(data) - 1) + 40  # inside the last record
+    (out / "generations.jsonl").write_bytes(data[:cut])
+    again = Fake()
+    with caplog.at_level(logging.WARNING):
+        assert evaluate(make_args(out, model, bench), generator_factory=again) == reference
+    assert again.problems == 1 and "line 10" in caplog.text
+    assert sorted(lines(out)) == sorted(lines(tmp_path / "ref"))  # no duplicate, no lost record, no torn line
+
+
+def test_garbage_line_in_the_middle_is_dropped_once(tmp_path, model_and_bench, caplog):
+    model, bench = model_and_bench
+    reference = evaluate(make_args(tmp_path / "ref", model, bench), generator_factory=Fake())
+    out = tmp_path / "garbage"
+    evaluate(make_args(out, model, bench), generator_factory=Fake())
+    rows = lines(out)
+    rows[3] = '{"v": 1, "fp": "trunc'
+    rows.insert(6, "\x00\x00 not json")
+    (out / "generations.jsonl").write_text("\n".join(rows) + "\n")
+    again = Fake()
+    with caplog.at_level(logging.WARNING):
+        assert evaluate(make_args(out, model, bench), generator_factory=again) == reference
+    assert again.problems == 1 and "line 4, 7" in caplog.text
+    later = Fake()
+    assert evaluate(make_args(out, model, bench), generator_factory=later) == reference and later.problems == 0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"temperature": 0.7},
+        {"top_p": 0.9},
+        {"max_new_tokens": 3},
+        {"seed": 8},
+        {"num_samples": 16, "k_list": [1, 16]},
+        {"model_revision": "v2"},
+    ],
+)
+def test_each_fingerprint_field_is_detected(tmp_path, model_and_bench, change):
+    model, bench = model_and_bench
+    out = tmp_path / "eval"
+    evaluate(make_args(out, model, bench), generator_factory=Fake())
+    again = Fake()
+    changed = evaluate(make_args(out, model, bench, **change), generator_factory=again)
+    fresh = evaluate(make_args(tmp_path / "fresh", model, bench, **change), generator_factory=Fake())
+    if "model_revision" in change:  # a local folder is identified by its weights, not by a revision
+        assert again.problems == 0
+        return
+    assert again.problems == 10 and changed == fresh
+    assert changed[model][bench]["num_samples"] == change.get("num_samples", 8)
+
+
+def test_changed_weights_and_changed_benchmark_rows_are_detected(tmp_path, model_and_bench, tokenizer):
+    model, bench = model_and_bench
+    out = tmp_path / "eval"
+    evaluate(make_args(out, model, bench), generator_factory=Fake())
+    helpers.make_model(tokenizer, seed=1).save_pretrained(model)  # same folder, new weights
+    again = Fake()
+    evaluate(make_args(out, model, bench), generator_factory=again)
+    assert again.problems == 10
+    rows = [json.loads(x) for x in open(bench)]
+    rows[2]["answer"] = "7"  # one gold answer edited: only that problem is generated again
+    with open(bench, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    edited = Fake()
+    evaluate(make_args(out, model, bench), generator_factory=edited)
+    assert edited.problems == 1
+
+
+def test_max_problems_changes_give_the_new_numbers(tmp_path, model_and_bench):
+    model, bench = model_and_bench
+    out = tmp_path / "eval"
+    evaluate(make_args(out, model, bench, max_problems=6), generator_factory=Fake())
+    smaller = Fake()
+    small = evaluate(make_args(out, model, bench, max_problems=4), generator_factory=smaller)
+    assert smaller.problems == 0 and small[model][bench]["num_problems"] == 4
+    assert small == evaluate(make_args(tmp_path / "fresh4", model, bench, max_problems=4), generator_factory=Fake())
+    larger = Fake()
+    full = evaluate(make_args(out, model, bench), generator_factory=larger)
+    assert larger.problems == 4 and full[model][bench]["num_problems"] == 10
+    assert full == evaluate(make_args(tmp_path / "fresh", model, bench), generator_factory=Fake())
+    assert json.loads((out / "metrics.json").read_text())[model][bench]["num_problems"] == 10
+
+
+def test_a_second_model_adds_a_row(tmp_path, model_and_bench, tokenizer):
+    model, bench = model_and_bench
+    other = tmp_path / "other"
+    helpers.make_model(tokenizer, seed=3).save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    out = tmp_path / "eval"
+    evaluate(make_args(out, model, bench), generator_factory=Fake())
+    evaluate(make_args(out, str(other), bench), generator_factory=Fake())
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics) == {model, str(other)}
+    table = (out / "table.md").read_text()
+    assert "| tiny |" in table and "| other |" in table
+
+
+def test_missing_model_or_benchmark_is_named(tmp_path, model_and_bench):
+    model, bench = model_and_bench
+    with pytest.raises(FileNotFoundError, match="no model folder './nope/ckpt'"):
+        evaluate(make_args(tmp_path / "e", "./nope/ckpt", bench), generator_factory=Fake())
+    with pytest.raises(FileNotFoundError, match="runs/missing-run"):
+        evaluate(make_args(tmp_path / "e", "runs/missing-run", bench), generator_factory=Fake())
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        evaluate(make_args(tmp_path / "e", model, str(tmp_path / "missing.jsonl")), generator_factory=Fake())
+
+
+def test_full_disk_keeps_the_file_whole_and_resumes(tmp_path, model_and_bench, monkeypatch):
+    from aer_trl.evaluation import store
+
+    model, bench = model_and_bench
+    reference = evaluate(make_args(tmp_path / "ref", model, bench), generator_factory=Fake())
+    out = tmp_path / "full"
+    real_fsync, calls = os.fsync, {"n": 0}
+
+    def failing_fsync(fd):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(store.os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="disk is full"):
+        evaluate(make_args(out, model, bench, batch_size=3), generator_factory=Fake())
+    monkeypatch.setattr(store.os, "fsync", real_fsync)
+    assert len(lines(out)) == 2 and all(json.loads(x) for x in lines(out))  # cut back to whole records
+    assert evaluate(make_args(out, model, bench), generator_factory=Fake()) == reference
+
+
+def test_incomplete_set_is_refused(tmp_path, model_and_bench):
+    from aer_trl.evaluation.harness import make_plans, score
+
+    model, bench = model_and_bench
+    args = make_args(tmp_path / "eval", model, bench, max_problems=4)
+    evaluate(args, generator_factory=Fake())
+    more = make_args(tmp_path / "eval", model, bench)
+    with pytest.raises(RuntimeError, match="6 of 10 problems have no stored samples"):
+        score(more, make_plans(more, "transformers"))
 
 
 def test_invalid_eval_arguments():
@@ -94,31 +259,12 @@ def test_invalid_eval_arguments():
         EvalArguments(models=["m"], num_samples=4, k_list=[1, 8])
     with pytest.raises(ValueError, match="backend"):
         EvalArguments(models=["m"], backend="tgi")
-
-
-def test_pass_at_k_callback_records_best_checkpoint(tmp_path, tokenizer, model_and_bench):
-    from aer_trl import AERGRPOTrainer
-
-    _, bench = model_and_bench
-    cb = PassAtKCallback(bench, eval_steps=1, num_samples=4, k_list=[1, 4], max_new_tokens=2, max_problems=4)
-    trainer = AERGRPOTrainer(
-        model=helpers.make_model(tokenizer),
-        reward_funcs=[helpers.even_length_reward],
-        args=helpers.make_config(tmp_path, max_steps=2),
-        train_dataset=helpers.make_dataset(),
-        processing_class=tokenizer,
-        callbacks=[cb],
-    )
-    trainer.train()
-    assert [h["step"] for h in cb.history] == [1, 2]
-    best = json.loads((tmp_path / "best_checkpoint.json").read_text())
-    assert best["step"] == cb.best_step and best["pass@1"] == max(h["pass@1"] for h in cb.history)
-    assert (tmp_path / f"checkpoint-{cb.best_step}").exists()
-    assert any(k.startswith("eval_passk/bench/pass@1") for h in trainer.state.log_history for k in h)
+    with pytest.raises(ValueError, match="report_k"):
+        EvalArguments(models=["m"], num_samples=4, k_list=[1, 4], report_k=2)
 
 
 def test_data_parallel_workers_give_the_same_result(tmp_path, model_and_bench):
-    """Batches spread over 2 worker processes (one per GPU with vLLM; here on CPU) give the single-process result."""
+    """Problems spread over 2 worker processes (one per GPU with vLLM; here on CPU) give the single-process result."""
     model, bench = model_and_bench
     reference = evaluate(make_args(tmp_path / "ref", model, bench))
     sharded = evaluate(make_args(tmp_path / "dp", model, bench, data_parallel=2, backend="transformers"))
@@ -127,3 +273,47 @@ def test_data_parallel_workers_give_the_same_result(tmp_path, model_and_bench):
         "generations.shard0.jsonl",
         "generations.shard1.jsonl",
     ]
+
+
+# ------------------------------------------------------------------------------------------- during training
+def train_with_callback(tmp_path, tokenizer, bench, **config):
+    from aer_trl import AERGRPOTrainer
+
+    cb = PassAtKCallback(bench, eval_steps=1, num_samples=4, k_list=[1, 4], max_new_tokens=2, max_problems=4)
+    trainer = AERGRPOTrainer(
+        model=helpers.make_model(tokenizer),
+        reward_funcs=[helpers.even_length_reward],
+        args=helpers.make_config(tmp_path, **config),
+        train_dataset=helpers.make_dataset(),
+        processing_class=tokenizer,
+        callbacks=[cb],
+    )
+    return trainer, cb
+
+
+def test_best_checkpoint_survives_rotation(tmp_path, tokenizer, model_and_bench, monkeypatch):
+    _, bench = model_and_bench
+    trainer, cb = train_with_callback(
+        tmp_path, tokenizer, bench, max_steps=4, save_strategy="steps", save_steps=1, save_total_limit=1
+    )
+    scores = iter([0.2, 0.5, 0.3, 0.1])  # the best is step 2, then two worse evaluations and more saves
+    monkeypatch.setattr(cb, "evaluate", lambda model, tok: {"pass@1": next(scores), "pass@4": 0.9})
+    trainer.train()
+    best = json.loads((tmp_path / "best_checkpoint.json").read_text())
+    assert best["step"] == 2 and best["pass@1"] == 0.5
+    assert (tmp_path / "checkpoint-2").is_dir()  # protected from save_total_limit=1
+    assert any(k.startswith("eval_passk/bench/pass@1") for h in trainer.state.log_history for k in h)
+
+
+def test_evaluation_during_training_leaves_the_training_rng_untouched(tmp_path, tokenizer, model_and_bench):
+    _, bench = model_and_bench
+    cb = PassAtKCallback(bench, eval_steps=1, num_samples=4, k_list=[1, 4], max_new_tokens=2, max_problems=4)
+    model = helpers.make_model(tokenizer)
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    cuda_before = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    result = cb.evaluate(model, tokenizer)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    if cuda_before is not None:
+        assert all(torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), cuda_before))
+    assert cb.evaluate(model, tokenizer) == result  # and the evaluation itself is repeatable

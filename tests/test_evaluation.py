@@ -1,4 +1,4 @@
-"""pass@k against exact combinatorics (SPEC §4)."""
+"""pass@k against exact combinatorics."""
 
 from fractions import Fraction
 from itertools import combinations

@@ -1,0 +1,79 @@
+"""Sampling completions with `transformers` (the CPU backend of the harness, the lab's held-out evaluation, and
+`PassAtKCallback` during training), inside a forked RNG so the caller's random state, CUDA included, is untouched."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+__all__ = ["sample_completions", "isolated_rng"]
+
+
+@contextlib.contextmanager
+def isolated_rng(seed: int | None = None, device: torch.device | None = None):
+    """Fork the CPU RNG and, on CUDA, the RNG of every visible device; seed inside; restore everything after."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        if seed is not None:
+            torch.manual_seed(seed)  # seeds CPU and every CUDA device; all restored on exit
+        yield
+
+
+@torch.no_grad()
+def sample_completions(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    n: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 32,
+    batch_size: int = 64,
+    seed: int = 0,
+    desc: str = "sampling",
+    disable_tqdm: bool = False,
+    seeds: Sequence[int] | None = None,
+) -> list[list[str]]:
+    """`n` sampled completions per prompt with `transformers` generation, with a progress bar.
+
+    `seeds`: one seed per prompt; each prompt is then generated alone, so its samples do not depend on which other
+    prompts were generated with it (the evaluation harness relies on this to resume and re-slice exactly). Without
+    `seeds`, prompts go in batches of `batch_size` from one stream seeded with `seed`.
+    """
+    if seeds is not None and len(seeds) != len(prompts):
+        raise ValueError(f"seeds: one per prompt expected, got {len(seeds)} for {len(prompts)} prompts")
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    step = 1 if seeds is not None else batch_size
+    results: list[list[str]] = []
+    try:
+        with isolated_rng(seed if seeds is None else None):
+            for start in tqdm(range(0, len(prompts), step), desc=desc, disable=disable_tqdm):
+                batch = list(prompts[start : start + step])
+                if seeds is not None:
+                    torch.manual_seed(int(seeds[start]))
+                enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+                out = model.generate(
+                    **enc,
+                    do_sample=True,
+                    temperature=temperature,
+                    top_p=top_p,
+                    max_new_tokens=max_new_tokens,
+                    num_return_sequences=n,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+                texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+                results.extend(texts[i * n : (i + 1) * n] for i in range(len(batch)))
+    finally:
+        tokenizer.padding_side = side
+        if was_training:
+            model.train()
+    return results

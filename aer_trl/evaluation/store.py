@@ -1,0 +1,173 @@
+"""The generations store: `<output_dir>/generations*.jsonl`, one JSON record per (run fingerprint, problem).
+
+Every record says what produced it:
+- `fp`: the run fingerprint, a hash of the model's identity (a hash of a local folder's weights and config files, or
+  the Hub id, revision and cached commit), the backend, device type and dtype, and every sampling argument
+  (num_samples, temperature, top_p, max_new_tokens, seed). `fingerprint` (the dict hashed) is written to metrics.json.
+- `problem`: a hash of the exact prompt text the model saw (chat template applied) and of the gold answer, so a
+  record is reused only for the same problem, wherever it sits in the benchmark and whatever `max_problems` is.
+
+Robustness: a torn last line (a kill, a full disk) or a malformed line anywhere is reported with its line number and
+dropped, and the file is rewritten with its complete records only (temporary file + atomic rename) before anything is
+appended. Appends are whole records, flushed and fsync'ed; a write that fails (ENOSPC) truncates the file back to its
+last complete record and raises an error that says so.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+STORE_VERSION = 1
+REQUIRED = ("v", "fp", "problem", "index", "benchmark", "model", "answer", "completions", "correct")
+_HASHED_FILES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+_HASHED_NAMES = ("config.json", "generation_config.json", "tokenizer_config.json", "chat_template.jinja")
+_SAMPLE = 1 << 20  # bytes read from each end of a weights file
+
+
+def digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:20]
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:20]
+
+
+def weights_hash(folder: Path) -> str:
+    """Hash of a model folder: config files whole; each weights file's name, size, first and last MiB."""
+    h = hashlib.sha256()
+    files = sorted(
+        p for p in folder.iterdir() if p.is_file() and (p.suffix in _HASHED_FILES or p.name in _HASHED_NAMES)
+    )
+    if not files:
+        raise FileNotFoundError(f"models: {folder} holds no weights or config.json")
+    for p in files:
+        size = p.stat().st_size
+        h.update(f"{p.name}\0{size}\0".encode())
+        with open(p, "rb") as f:
+            if p.suffix not in _HASHED_FILES or size <= 2 * _SAMPLE:
+                h.update(f.read())
+            else:
+                h.update(f.read(_SAMPLE))
+                f.seek(size - _SAMPLE)
+                h.update(f.read(_SAMPLE))
+    return h.hexdigest()[:20]
+
+
+def model_identity(model: str, revision: str | None = None) -> dict:
+    """What identifies a model's weights: a local folder's weights hash, or the Hub id + revision (+ cached commit)."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return {"weights": weights_hash(path)}
+    identity = {"hub_id": model, "revision": revision or "main"}
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json", revision=revision)
+        if isinstance(cached, str):
+            identity["commit"] = Path(cached).parent.name  # .../snapshots/<commit>/config.json
+    except Exception:
+        pass
+    return identity
+
+
+def problem_hash(prompt_text: str, gold: str) -> str:
+    return digest({"prompt": prompt_text, "answer": gold})
+
+
+def problem_seed(seed: int, problem: str) -> int:
+    """The sampling seed of one problem: fixed by the run's seed and the problem itself, not by its position."""
+    return int(hashlib.sha256(f"{seed}:{problem}".encode()).hexdigest()[:8], 16)
+
+
+def _valid(record) -> bool:
+    return (
+        isinstance(record, dict)
+        and all(k in record for k in REQUIRED)
+        and record["v"] == STORE_VERSION
+        and isinstance(record["completions"], list)
+        and isinstance(record["correct"], list)
+        and len(record["completions"]) == len(record["correct"])
+    )
+
+
+def read_records(path: Path, repair: bool = True) -> list[dict]:
+    """Complete records of one store file; torn or malformed lines are reported and (with `repair`) removed."""
+    if not path.exists():
+        return []
+    records, good, bad = [], [], []
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    torn = lines[-1] != b""  # a last line without its newline was cut mid-write
+    for lineno, raw in enumerate(lines if torn else lines[:-1], 1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            record = None
+        if record is None or not _valid(record) or (torn and lineno == len(lines)):
+            bad.append(lineno)
+            continue
+        records.append(record)
+        good.append(raw)
+    if bad:
+        logger.warning(
+            "%s: dropped %d torn or malformed line(s) (line %s); %s",
+            path,
+            len(bad),
+            ", ".join(map(str, bad[:20])) + (" ..." if len(bad) > 20 else ""),
+            "the file is rewritten with its complete records" if repair else "left as it is",
+        )
+        if repair:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            with open(tmp, "wb") as f:
+                f.write(b"".join(line + b"\n" for line in good))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+    return records
+
+
+def append_records(path: Path, records: list[dict]) -> None:
+    """Append whole records, flushed and fsync'ed; on failure the file is cut back to where it was."""
+    if not records:
+        return
+    blob = "".join(json.dumps({"v": STORE_VERSION, **r}, ensure_ascii=False) + "\n" for r in records).encode()
+    with open(path, "ab") as f:
+        start = f.tell()
+        try:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        except OSError as e:
+            try:
+                f.truncate(start)
+            except OSError:
+                pass  # the next run repairs the torn line
+            hint = " (the disk is full)" if e.errno == errno.ENOSPC else ""
+            raise OSError(
+                e.errno,
+                f"could not write generations to {path}{hint}: {e.strerror}. The file keeps its complete records; "
+                "free space and run the same command again to resume.",
+            ) from e
+
+
+def load_store(out: Path) -> dict[tuple[str, str], dict]:
+    """(fingerprint, problem hash) -> record, over every generations*.jsonl in `out` (worker shards included)."""
+    done: dict[tuple[str, str], dict] = {}
+    for path in sorted(out.glob("generations*.jsonl")):
+        for record in read_records(path):
+            done.setdefault((record["fp"], record["problem"]), record)
+    return done
