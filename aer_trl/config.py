@@ -1,4 +1,4 @@
-"""`AERConfig`: TRL's `GRPOConfig` plus the `aer_*` fields of SPEC §2."""
+"""`AERConfig`: TRL's `GRPOConfig` plus the `aer_*` fields (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,15 @@ class AERConfig(GRPOConfig):
     `α ← max(0, α + η · sgn(H* − H_t))` (C3) towards the target `H* = τ · H0` (C2).
     """
 
+    # TRL's `epsilon` (0.2) re-declared with "unset" as its default, so a method can tell a user's explicit value
+    # (kept, or refused with an error) from no value (the method's own default): see `_resolve_clipping`.
+    epsilon: float | None = field(
+        default=None,
+        metadata={
+            "help": "Lower clipping bound ε of the importance ratio. Unset: 0.2 (TRL's default), 1.0 for Clip-Cov "
+            "(the paper's c_l); KL-Cov trains unclipped and refuses it."
+        },
+    )
     method: str = field(
         default="aer",
         metadata={"help": "Which method trains: " + "; ".join(f"'{k}': {v}" for k, v in METHODS.items()) + "."},
@@ -147,12 +156,7 @@ class AERConfig(GRPOConfig):
                 )
         elif self.method == "skywork":
             self.use_adaptive_entropy = True
-        elif self.method == "clip_higher" and self.epsilon_high is None:
-            self.epsilon_high = 0.28
-        elif self.method == "clip_cov" and self.epsilon == 0.2 and self.epsilon_high is None:
-            self.epsilon, self.epsilon_high = 1.0, 1.0  # the paper's table: c_l = c_h = 1.0
-        elif self.method == "kl_cov":
-            self.epsilon, self.epsilon_high = 1.0, 1e9  # KL-Cov's policy loss is unclipped: −A·ratio
+        self._resolve_clipping()
         if self.method in ("ent_adv", "clip_cov", "kl_cov"):
             if self.loss_type not in TOKEN_LEVEL_LOSSES or self.importance_sampling_level != "token":
                 raise ValueError(
@@ -169,6 +173,45 @@ class AERConfig(GRPOConfig):
         for name in ("clip_cov_ratio", "kl_cov_ratio"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+
+    def _resolve_clipping(self) -> None:
+        """ε and ε_high per method, in one place: a value the user set is kept or refused, never replaced."""
+        eps, high = self.epsilon, self.epsilon_high
+        if self.method == "kl_cov":
+            if eps is not None or high is not None:
+                raise ValueError(
+                    "method='kl_cov' trains KL-Cov's unclipped policy loss −A·ratio: leave epsilon and epsilon_high "
+                    f"unset (got epsilon={eps}, epsilon_high={high})"
+                )
+            self.epsilon, self.epsilon_high = 1.0, 1e9  # no clipping in effect
+            return
+        if self.method == "clip_cov":  # the paper's table: c_l = c_h = 1.0; one value given is used for both sides
+            self.epsilon = eps if eps is not None else (high if high is not None else 1.0)
+            self.epsilon_high = high if high is not None else self.epsilon
+        elif self.method == "clip_higher":
+            self.epsilon = 0.2 if eps is None else eps
+            self.epsilon_high = 0.28 if high is None else high
+        elif eps is None:
+            self.epsilon = 0.2  # TRL's default; epsilon_high unset means "= epsilon" in TRL
+        for name in ("epsilon", "epsilon_high"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r} (method={self.method!r})")
+        if self.method == "clip_higher" and self.epsilon_high <= self.epsilon:
+            raise ValueError(
+                f"method='clip_higher' needs epsilon_high > epsilon (got epsilon={self.epsilon}, "
+                f"epsilon_high={self.epsilon_high})"
+            )
+
+    @classmethod
+    def from_grpo_config(cls, grpo_config: GRPOConfig, **aer_fields) -> AERConfig:
+        """An AERConfig with every field a `GRPOConfig` was built with, plus `aer_fields` (e.g. aer_tau=0.4)."""
+        from dataclasses import fields
+
+        values = {f.name: getattr(grpo_config, f.name) for f in fields(grpo_config) if f.init}
+        if values.get("steps_per_generation") is not None:
+            values.pop("generation_batch_size", None)  # derived from steps_per_generation by GRPOConfig
+        return cls(**{**values, **aer_fields})
 
     def _validate_aer(self) -> None:
         def finite(name: str, value) -> float:

@@ -1,4 +1,4 @@
-"""Every invalid AER value raises a ValueError naming the field and the allowed values (SPEC §2)."""
+"""Every invalid AER value raises a ValueError naming the field and the allowed values."""
 
 import math
 
@@ -52,3 +52,50 @@ def test_every_aer_field_has_help():
 
 def test_correctness_reward_index_from_cli_string():
     assert AERConfig(**BASE, aer_correctness_reward="1").aer_correctness_reward == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"method": "grpo"}, (0.2, None)),
+        ({"method": "clip_cov"}, (1.0, 1.0)),  # the paper's c_l = c_h = 1.0
+        ({"method": "clip_cov", "epsilon": 1.0}, (1.0, 1.0)),  # one key for both sides (crashed before)
+        ({"method": "clip_cov", "epsilon": 0.2}, (0.2, 0.2)),  # an explicit TRL-default value is kept
+        ({"method": "clip_cov", "epsilon": 0.5, "epsilon_high": 0.7}, (0.5, 0.7)),
+        ({"method": "clip_higher"}, (0.2, 0.28)),
+        ({"method": "clip_higher", "epsilon": 0.1, "epsilon_high": 0.3}, (0.1, 0.3)),
+        ({"method": "aer", "epsilon": 0.3}, (0.3, None)),
+    ],
+)
+def test_clipping_keys_are_resolved_without_silent_overrides(tmp_path, overrides, expected):
+    config = AERConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **overrides)
+    assert (config.epsilon, config.epsilon_high) == expected
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"method": "kl_cov", "epsilon": 0.3, "epsilon_high": 0.4}, "method='kl_cov'.*leave epsilon and epsilon_high"),
+        ({"method": "kl_cov", "epsilon": 0.2}, "method='kl_cov'"),
+        ({"method": "clip_higher", "epsilon_high": 0.1}, "epsilon_high > epsilon"),
+        ({"method": "grpo", "epsilon": -1.0}, "epsilon must be a finite number > 0"),
+    ],
+)
+def test_conflicting_clipping_keys_are_refused(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        AERConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **overrides)
+
+
+def test_from_grpo_config_keeps_every_field(tmp_path):
+    from trl import GRPOConfig
+
+    grpo = GRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        learning_rate=3e-6,
+        num_generations=4,
+        steps_per_generation=2,
+    )
+    aer = AERConfig.from_grpo_config(grpo, aer_tau=0.5)
+    assert (aer.learning_rate, aer.num_generations, aer.steps_per_generation, aer.aer_tau) == (3e-6, 4, 2, 0.5)
