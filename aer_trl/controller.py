@@ -1,4 +1,4 @@
-"""Pure AER math (paper §4, SPEC §1). No trainer imports: tensors and floats in, tensors and floats out.
+"""Pure AER math (paper §4, docs/design.md §1). No trainer imports: tensors and floats in, tensors and floats out.
 
 - C1 difficulty-aware coefficient: ``difficulty_coefficients``
 - C2 initial-anchored target entropy and C3 dynamic global coefficient: ``AERController`` / ``update_alpha``

@@ -1,4 +1,4 @@
-"""Training and evaluation data of SPEC §4, from the Hub or from local JSON Lines / Parquet files.
+"""Training and evaluation data of the paper, from the Hub or from local JSON Lines / Parquet files.
 
 Every loader returns a `datasets.Dataset` with a conversational `prompt` that asks for the final answer in
 `\\boxed{}` and an `answer` column (the gold answer text). Rows whose gold answer is missing or cannot be parsed by
@@ -73,13 +73,31 @@ def to_math_prompts(dataset: Dataset, source: str = "dataset") -> Dataset:
 
     keep = [c for c in dataset.column_names if c not in {"prompt", "answer", question_col, answer_col}]
     converted = dataset.map(convert, remove_columns=[c for c in dataset.column_names if c not in keep])
+    if len(converted) == 0:
+        raise ValueError(f"{source}: the data set has no rows")
     valid = converted.filter(lambda row: row["_valid"]).remove_columns("_valid")
     dropped = len(converted) - len(valid)
+    if len(valid) == 0:
+        raise ValueError(
+            f"{source}: none of its {len(converted)} rows has a gold answer math-verify can parse (column "
+            f"{answer_col!r}); nothing to train or evaluate on"
+        )
     if dropped:
         logger.warning(
             "%s: dropped %d of %d rows whose gold answer is missing or unparseable", source, dropped, len(converted)
         )
     return valid
+
+
+def hub_dataset_id(name: str | None) -> str | None:
+    """The Hub id of a training data set name, for links; None for the lab, local files and unknown names."""
+    if not name:
+        return None
+    if name.lower() in SOURCES:
+        return SOURCES[name.lower()].hub_id
+    if Path(name).suffix in LOCAL_FORMATS or Path(name).exists() or name.count("/") != 1:
+        return None
+    return name
 
 
 def load_math_dataset(name_or_path: str, config: str | None = None, split: str | None = None) -> Dataset:
@@ -88,6 +106,8 @@ def load_math_dataset(name_or_path: str, config: str | None = None, split: str |
     if path.suffix in LOCAL_FORMATS:
         if not path.exists():
             raise FileNotFoundError(f"dataset_name: local file {path} does not exist")
+        if path.stat().st_size == 0:
+            raise ValueError(f"dataset_name: local file {path} is empty")
         raw = load_dataset(LOCAL_FORMATS[path.suffix], data_files=str(path), split="train")
         return to_math_prompts(raw, source=str(path))
     source = SOURCES.get(name_or_path.lower(), MathSource(name_or_path))

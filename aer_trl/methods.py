@@ -1,4 +1,4 @@
-"""The paper's baselines as small pure functions on per-token tensors (SPEC §3).
+"""The paper's baselines as small pure functions on per-token tensors (docs/methods.md).
 
 Each takes `(B, T)` tensors with a `(B, T)` 0/1 `mask` of the tokens trained on (padding excluded), and returns
 what the trainer plugs into TRL's own loss without copying it:

@@ -1,4 +1,4 @@
-"""`AERGRPOTrainer`: TRL's `GRPOTrainer` with the difficulty-weighted entropy bonus of AER (paper §4, SPEC §1–2).
+"""`AERGRPOTrainer`: TRL's `GRPOTrainer` with the difficulty-weighted entropy bonus of AER (paper §4, docs/design.md).
 
 How it plugs into TRL (no copy of TRL's loss):
 - rewards: `_calculate_rewards` returns the rewards gathered over all processes; the trainer keeps them, turns the
@@ -15,19 +15,22 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 
 import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .callback import AERCallback
-from .config import AERConfig
+from .config import METHODS, AERConfig
 from .controller import difficulty_coefficients, group_accuracy, hard_mask
 from .methods import clip_cov_mask, ent_adv_advantages, kl_cov_advantages
+from .metrics import MetricsFileCallback
+from .rewards import pop_reward_stats
 
 
 def resolve_correctness_index(spec: int | str | None, reward_func_names: list[str]) -> int:
-    """Index of the reward function that defines correctness (SPEC §1: default the first)."""
+    """Index of the reward function that defines correctness (docs/design.md §2: default the first)."""
     if spec is None:
         return 0
     if isinstance(spec, int):
@@ -40,6 +43,35 @@ def resolve_correctness_index(spec: int | str | None, reward_func_names: list[st
     if spec in reward_func_names:
         return reward_func_names.index(spec)
     raise ValueError(f"aer_correctness_reward={spec!r} is not one of the reward functions {reward_func_names}")
+
+
+AER_PAPER = {
+    "title": "Revisiting Entropy Regularization: Adaptive Coefficient Unlocks Its Potential for LLM Reinforcement "
+    "Learning",
+    "id": "2510.10959",
+    "citation": textwrap.dedent("""\
+        @article{zhang2025aer,
+            title   = {{Revisiting Entropy Regularization: Adaptive Coefficient Unlocks Its Potential for LLM
+                        Reinforcement Learning}},
+            author  = {Xiaoyun Zhang and Xiaojian Yuan and Di Huang and Wang You and Chen Hu and Jingqing Ruan and
+                       Ai Jian and Kejiang Chen and Xing Hu},
+            year    = 2025,
+            eprint  = {arXiv:2510.10959},
+        }"""),
+}
+METHOD_TITLES = {
+    "grpo": "GRPO",
+    "aer": "AER-GRPO",
+    "aer_c1": "AER-GRPO (ablation: C1 only)",
+    "aer_c2c3": "AER-GRPO (ablation: C2 and C3 only)",
+    "aer_fixed": "GRPO with a fixed entropy coefficient (through AER)",
+    "entropy_coef": "GRPO with a fixed entropy coefficient",
+    "clip_higher": "GRPO with Clip-Higher (DAPO)",
+    "skywork": "GRPO with Skywork adaptive entropy control",
+    "ent_adv": "GRPO with Ent-Adv",
+    "clip_cov": "GRPO with Clip-Cov",
+    "kl_cov": "GRPO with KL-Cov",
+}
 
 
 class AERGRPOTrainer(GRPOTrainer):
@@ -55,11 +87,14 @@ class AERGRPOTrainer(GRPOTrainer):
         if not isinstance(args, AERConfig):
             raise TypeError(
                 f"AERGRPOTrainer needs `args` to be an aer_trl.AERConfig (it carries the aer_* fields), got "
-                f"{type(args).__name__}; build it with AERConfig(**your_grpo_config.to_dict()) or AERConfig(...)"
+                f"{type(args).__name__}; build it with AERConfig.from_grpo_config(your_grpo_config, aer_tau=...) "
+                "or AERConfig(...)"
             )
         callbacks = list(callbacks or [])
         if not any(isinstance(cb, AERCallback) for cb in callbacks):
             callbacks.append(AERCallback.from_args(args))
+        if not any(isinstance(cb, MetricsFileCallback) for cb in callbacks):
+            callbacks.append(MetricsFileCallback())  # <output_dir>/metrics.jsonl, whatever report_to says
         super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
         self._aer_correctness_index = resolve_correctness_index(args.aer_correctness_reward, self.reward_func_names)
         self._aer_gathered_rewards: torch.Tensor | None = None
@@ -94,8 +129,14 @@ class AERGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------------------------------------ rollout
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        pop_reward_stats()  # counts from outside this call (an evaluation, another trainer) are not this step's
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._aer_gathered_rewards = rewards_per_func  # (N_global, n_funcs), gathered over processes, NaN=None
+        stats = pop_reward_stats()
+        if stats.get("judged"):
+            mode = "train" if self.model.training else "eval"
+            for key in ("timeouts", "unparsed", "unmarked"):  # per process, as fractions of its completions judged
+                self._metrics[mode][f"rewards/math_accuracy/{key}"].append(stats.get(key, 0) / stats["judged"])
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -224,36 +265,67 @@ class AERGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------------------------------------ model card
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
-        """TRL's model card plus an AER section: base model, data, ρ/τ/η and the controller's final α, H0, H*."""
+        """TRL's model card for the method actually trained, citing the AER paper, linking only what exists (a Hub
+        base model, a Hub data set), plus a section with the method's settings (and AER's controller state)."""
+        from .data import hub_dataset_id
+
         dataset_name = dataset_name or getattr(self, "aer_dataset_name", None)
-        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
+        method, aer = self.args.method, self.args.aer_enabled
+        tags = [tags] if isinstance(tags, str) else list(tags or [])
+        self._name = METHOD_TITLES.get(method, method)
+        self._paper = AER_PAPER if aer else GRPOTrainer._paper
+        super().create_model_card(
+            model_name=model_name, dataset_name=hub_dataset_id(dataset_name), tags=[*tags, method], **kwargs
+        )
         if not self.is_world_process_zero():
             return
 
+        path = os.path.join(self.args.output_dir, "README.md")
+        with open(path) as f:
+            card = f.read()
+        base = get_config_model_id(self.model.config)
+        card = card.replace(
+            "a fine-tuned version of [None](https://huggingface.co/None)",
+            f"a fine-tuned version of a local model (`{base}`)" if base else "a fine-tuned model",
+        )
         cb = self.aer_callback
         fmt = lambda v: "n/a" if v is None else f"{v:.6g}"  # noqa: E731
         rows = [
-            ("base model", get_config_model_id(self.model.config) or "n/a"),
-            ("dataset", dataset_name or "n/a"),
-            ("ρ (pivot accuracy)", fmt(self.args.aer_rho)),
-            ("τ (target ratio)", fmt(self.args.aer_tau)),
-            ("η (α step size)", fmt(self.args.aer_eta)),
-            ("difficulty-aware (C1)", str(self.args.aer_difficulty_aware)),
-            ("adaptive α (C2+C3)", str(self.args.aer_adaptive)),
-            ("final α", fmt(cb.alpha)),
-            ("H0 (initial entropy)", fmt(cb.initial_entropy)),
-            ("H* (target entropy)", fmt(cb.target_entropy)),
-            ("AER iterations", str(cb.controller.iteration)),
+            ("method", f"`{method}`: {METHODS[method]}"),
+            ("base model", f"`{base}`" if base else "n/a"),
+            ("training data", f"`{dataset_name}`" if dataset_name else "n/a"),
         ]
+        if aer:
+            rows += [
+                ("ρ (pivot accuracy)", fmt(self.args.aer_rho)),
+                ("τ (target ratio)", fmt(self.args.aer_tau)),
+                ("η (α step size)", fmt(self.args.aer_eta)),
+                ("difficulty-aware (C1)", str(self.args.aer_difficulty_aware)),
+                ("adaptive α (C2+C3)", str(self.args.aer_adaptive)),
+                ("final α", fmt(cb.alpha)),
+                ("H0 (initial entropy)", fmt(cb.initial_entropy)),
+                ("H* (target entropy)", fmt(cb.target_entropy)),
+                ("AER iterations", str(cb.controller.iteration)),
+            ]
+            intro = (
+                "Trained with `aer_trl.AERGRPOTrainer`, which implements Adaptive Entropy Regularization: "
+                "difficulty-aware entropy coefficients, an initial-anchored target entropy and a dynamically adjusted "
+                "global coefficient."
+            )
+        else:
+            intro = (
+                f"Trained with `aer_trl.AERGRPOTrainer` as the `{method}` baseline of the AER paper's comparisons "
+                "(no AER entropy bonus)."
+            )
         section = (
-            "\n## Adaptive Entropy Regularization (AER)\n\n"
-            "Trained with `aer_trl.AERGRPOTrainer` (aer_trl, a TRL extension implementing Adaptive Entropy "
-            "Regularization: difficulty-aware entropy coefficients, an initial-anchored target entropy and a "
-            "dynamically adjusted global coefficient).\n\n| | |\n|---|---|\n"
+            f"\n## Training method: {self._name}\n\n{intro}\n\n| | |\n|---|---|\n"
             + "".join(f"| {k} | {v} |\n" for k, v in rows)
+            + "\nCite the AER paper ([arXiv 2510.10959](https://arxiv.org/abs/2510.10959)) as:\n\n```bibtex\n"
+            + AER_PAPER["citation"]
+            + "\n```\n"
         )
-        with open(os.path.join(self.args.output_dir, "README.md"), "a") as f:
-            f.write(section)
+        with open(path, "w") as f:
+            f.write(card + section)
 
     # ------------------------------------------------------------------------------------------------ logging
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:

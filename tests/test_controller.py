@@ -1,4 +1,4 @@
-"""AER math against hand-computed values (SPEC §1): group accuracy, λ (C1), α update (C3), the controller (C2)."""
+"""AER math against hand-computed values: group accuracy, λ (C1), α update (C3), the controller (C2)."""
 
 import math
 

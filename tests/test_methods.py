@@ -1,4 +1,4 @@
-"""Baselines (SPEC §3): pure functions against hand-computed tensors, refusals, every lab recipe trains 2 steps."""
+"""Baselines: pure functions against hand-computed tensors, refusals, every lab recipe trains 2 steps."""
 
 import sys
 from pathlib import Path

@@ -36,7 +36,7 @@ def test_train_script_default_is_the_lab(tmp_path, monkeypatch):
     captured = {}
     monkeypatch.setattr(train, "train", lambda s, t, m: captured.update(script=s, training=t, model=m))
     train.main(["--output_dir", str(tmp_path)])
-    assert captured["script"].dataset_name is None and captured["model"].model_name_or_path is None
+    assert captured["script"].dataset_name == "lab" and captured["model"].model_name_or_path is None
     assert captured["training"].use_cpu and captured["training"].method == "aer"
     assert captured["training"].output_dir == str(tmp_path)  # flags override the YAML
 
@@ -46,3 +46,79 @@ def test_unknown_reward_is_a_clear_error():
 
     with pytest.raises(ValueError, match="unknown reward 'nope'"):
         resolve_reward_funcs(["nope"])
+
+
+def lab_argv(tmp_path, *extra):
+    return [
+        "--config",
+        str(ROOT / "recipes" / "lab" / "aer.yaml"),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--lab_cache_dir",
+        str(tmp_path / "lab"),
+        "--lab_warm_start",
+        "tiny",
+        "--lab_train_size",
+        "64",
+        "--per_device_train_batch_size",
+        "16",
+        "--num_generations",
+        "4",
+        "--disable_tqdm",
+        "true",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "1",
+        *extra,
+    ]
+
+
+def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
+    import subprocess
+
+    sys.path.insert(0, str(ROOT / "recipes"))
+    import train  # recipes/train.py
+
+    train.main(lab_argv(tmp_path, "--max_steps", "2"))
+    run = tmp_path / "run"
+    (run / "checkpoint-2" / "trainer_state.json").unlink()  # a save killed half-way (or a full disk)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "recipes" / "train.py"),
+            *lab_argv(tmp_path, "--max_steps", "3"),
+            "--resume_from_checkpoint",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "skipping" in done.stderr and "checkpoint-2" in done.stderr
+    state = json.loads((run / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+
+
+def test_resume_values_are_checked(tmp_path):
+    from aer_trl.run import resolve_resume
+
+    assert resolve_resume("false", str(tmp_path)) is None and resolve_resume(None, str(tmp_path)) is None
+    with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
+        resolve_resume("latest", str(tmp_path))
+    with pytest.raises(ValueError, match="'maybe'"):
+        resolve_resume("maybe", str(tmp_path))
+
+
+def test_a_half_specified_real_run_is_refused():
+    from trl import ModelConfig
+
+    from aer_trl.run import AERScriptArguments, check_run
+
+    with pytest.raises(ValueError, match="dataset_name: say what to train on"):
+        check_run(AERScriptArguments(), ModelConfig(model_name_or_path="Qwen/Qwen3-0.6B"))
+    with pytest.raises(ValueError, match="model_name_or_path: training on 'gsm8k' needs a model"):
+        check_run(AERScriptArguments(dataset_name="gsm8k"), ModelConfig())
+    with pytest.raises(FileNotFoundError, match="model_name_or_path: no model folder"):
+        check_run(AERScriptArguments(dataset_name="gsm8k"), ModelConfig(model_name_or_path="runs/a/missing"))

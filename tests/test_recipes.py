@@ -130,15 +130,35 @@ def test_train_script_trains_on_local_model_and_data_and_writes_card(tmp_path, t
             "--report_to",
             "none",
             "--save_strategy",
-            "no",
+            "steps",
+            "--save_steps",
+            "1",
+            "--save_total_limit",
+            "1",
             "--gradient_checkpointing",
             "false",
             "--learning_rate",
             "1e-3",
             "--logging_steps",
             "1",
+            # the recipe's checkpoint selection (AIME25 every 20 steps), pointed at local data
+            "--eval_benchmark",
+            str(data),
+            "--eval_every_steps",
+            "1",
+            "--eval_num_samples",
+            "2",
+            "--eval_k_list",
+            "1",
+            "2",
+            "--eval_max_new_tokens",
+            "4",
+            "--eval_max_problems",
+            "3",
         ]
     )
+    best = json.loads((out / "best_checkpoint.json").read_text())
+    assert Path(best["checkpoint"]).is_dir() and best["step"] in (1, 2)
     card = (out / "README.md").read_text()
     for needle in (
         "aer_trl",
@@ -158,7 +178,7 @@ def test_train_script_trains_on_local_model_and_data_and_writes_card(tmp_path, t
 
 @pytest.mark.parametrize("recipe", EVAL_RECIPES, ids=lambda p: p.name)
 def test_eval_recipes_load_in_strict_mode(recipe):
-    from aer_trl.evaluate import EvalArguments
+    from aer_trl.evaluation import EvalArguments
 
     (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=["--config", str(recipe)])
     assert args.num_samples >= max(args.k_list) and args.benchmarks

