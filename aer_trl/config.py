@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
+
+logger = logging.getLogger(__name__)
 
 AER_METHODS = ("aer", "aer_c1", "aer_c2c3", "aer_fixed")
 METHODS = {
@@ -116,6 +119,33 @@ class AERConfig(GRPOConfig):
         self._apply_method()
         self._validate_aer()
         super().__post_init__()
+        self._align_saves_to_rollouts()
+
+    def _align_saves_to_rollouts(self) -> None:
+        """Checkpoints only at rollout-batch boundaries: AER's iteration (entropy summed over a whole rollout batch,
+        then one α update) cannot be resumed from its middle, so `save_steps` is rounded up to a multiple of the
+        optimizer steps per rollout batch, with a warning that says so (docs/design.md §2)."""
+        per_rollout = self.steps_per_generation * self.num_iterations
+        if per_rollout % self.gradient_accumulation_steps:
+            return  # a rollout batch ends mid optimizer step: TRL's own geometry, nothing to align to
+        steps = per_rollout // self.gradient_accumulation_steps
+        strategy = getattr(self.save_strategy, "value", self.save_strategy)
+        if steps <= 1 or strategy != "steps" or not isinstance(self.save_steps, int) or self.save_steps < 1:
+            return
+        if self.save_steps % steps:
+            rounded = -(-self.save_steps // steps) * steps
+            logger.warning(
+                "save_steps=%d falls inside a rollout batch (%d optimizer steps each: steps_per_generation=%d x "
+                "num_iterations=%d / gradient_accumulation_steps=%d); checkpoints must end an AER iteration to resume "
+                "exactly, so save_steps is rounded up to %d",
+                self.save_steps,
+                steps,
+                self.steps_per_generation,
+                self.num_iterations,
+                self.gradient_accumulation_steps,
+                rounded,
+            )
+            self.save_steps = rounded
 
     @property
     def aer_enabled(self) -> bool:

@@ -102,6 +102,7 @@ class AERGRPOTrainer(GRPOTrainer):
         self._aer_entropies: torch.Tensor | None = None
         self._aer_entropy_stats: torch.Tensor | None = None  # local [sum of H over tokens, token count]
         self._aer_loss_inputs: dict | None = None  # the batch TRL's loss is reading (for the per-token baselines)
+        self._aer_last_metrics: dict[str, float] = {}  # last logged aer/* values, repeated on steps without new ones
         self._clip_cov_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
 
     # ------------------------------------------------------------------------------------------------ controller
@@ -182,8 +183,9 @@ class AERGRPOTrainer(GRPOTrainer):
         return logps, entropies, aux_loss
 
     def _apply_token_method(self, logps, entropies, inputs: dict):
-        """Ent-Adv / Clip-Cov / KL-Cov: TRL's loss reads `inputs["advantages"]` and these log-probabilities right
-        after this call, so per-token advantages and gradient cuts plug in without copying `_compute_loss`."""
+        """Ent-Adv / Clip-Cov / KL-Cov through one mechanism: TRL's loss reads `inputs["advantages"]` right after this
+        call, so each method hands it per-token advantages (Clip-Cov: zero for the cut tokens) and every other term
+        of TRL's loss (KL, clipping, aggregation) is left as it is; nothing of `_compute_loss` is copied."""
         method, args = self.args.method, self.args
         mask = self._trained_mask(inputs).to(logps.dtype)
         advantages = inputs["advantages"]
@@ -210,7 +212,10 @@ class AERGRPOTrainer(GRPOTrainer):
                 self._clip_cov_generator,
             )
             self._metrics[mode]["clip_cov/zeroed_fraction"].append((cut.sum() / n_tokens).item())
-            logps = torch.where(cut, logps.detach(), logps)
+            # a zero advantage removes exactly the policy-gradient term of a cut token (verl masks pg_losses the
+            # same way); the KL term and everything else in TRL's loss keeps its gradient
+            base = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+            inputs["advantages"] = torch.where(cut, torch.zeros_like(logps), base.expand_as(logps).to(logps.dtype))
         elif method == "kl_cov":
             new_adv, selected = kl_cov_advantages(advantages, logps, old, mask, args.kl_cov_ratio, args.kl_cov_coef)
             self._metrics[mode]["kl_cov/penalized_fraction"].append((selected.sum() / n_tokens).item())
@@ -304,7 +309,7 @@ class AERGRPOTrainer(GRPOTrainer):
                 ("adaptive α (C2+C3)", str(self.args.aer_adaptive)),
                 ("final α", fmt(cb.alpha)),
                 ("H0 (initial entropy)", fmt(cb.initial_entropy)),
-                ("H* (target entropy)", fmt(cb.target_entropy)),
+                ("H* (target entropy)", fmt(cb.target)),
                 ("AER iterations", str(cb.controller.iteration)),
             ]
             intro = (
@@ -330,10 +335,16 @@ class AERGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------------------------------------ logging
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if not any(key.startswith("eval_") for key in logs):
+            # a logging step without a new rollout batch (steps_per_generation > gradient_accumulation_steps) still
+            # carries every aer/* metric: the value of the last rollout batch (TRL's fresh averages replace these)
+            for key, values in self._metrics["train"].items():
+                if key.startswith("aer/") and values:
+                    self._aer_last_metrics[key] = sum(values) / len(values)
+            logs.update({k: v for k, v in self._aer_last_metrics.items() if k not in logs})
             cb = self.aer_callback
             logs["aer/alpha"] = cb.alpha
             if cb.initial_entropy is not None:
                 logs["aer/initial_entropy"] = cb.initial_entropy
-            if cb.target_entropy is not None:
-                logs["aer/target_entropy"] = cb.target_entropy
+            if cb.target is not None:
+                logs["aer/target_entropy"] = cb.target
         super().log(logs, start_time)

@@ -333,3 +333,79 @@ def test_lambda_is_kept_on_the_host(tmp_path, tokenizer):
     trainer = train_aer(tmp_path, tokenizer, max_steps=1)
     lams = [batch["aer_lambda"] for batch in trainer._buffered_inputs]
     assert lams and all(lam.device.type == "cpu" and lam.dim() == 1 for lam in lams)
+
+
+def test_resume_from_every_checkpoint_at_an_off_policy_geometry(tmp_path, tokenizer):
+    """steps_per_generation = 2 x gradient_accumulation_steps and num_iterations = 2: a rollout batch spans 4
+    optimizer steps. save_steps=1 is rounded up to 4 (a checkpoint inside an AER iteration cannot be resumed
+    exactly), and resuming from every checkpoint continues the uninterrupted α trajectory, H0 and H*."""
+    common = dict(
+        aer_tau=1.0,
+        aer_eta=0.01,
+        aer_alpha_init=0.02,
+        max_steps=12,
+        steps_per_generation=2,
+        num_iterations=2,
+        save_strategy="steps",
+        save_steps=1,
+        learning_rate=5e-2,
+    )
+    full = train_aer(tmp_path / "full", tokenizer, **common)
+    assert full.args.save_steps == 4
+    checkpoints = sorted((tmp_path / "full").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert [p.name for p in checkpoints] == ["checkpoint-4", "checkpoint-8", "checkpoint-12"]
+    assert len(set(alphas(full))) > 1
+    # every logging step carries every aer/* metric, including the steps without a new rollout batch (the entropy
+    # ones once the first rollout batch has been measured, at step 4)
+    logged = [h for h in full.state.log_history if "loss" in h]
+    assert len(logged) == 12
+    for key in ("aer/alpha", "aer/lambda_mean", "aer/hard_fraction", "aer/group_accuracy"):
+        assert all(key in h for h in logged), key
+    for key in ("aer/entropy", "aer/initial_entropy", "aer/target_entropy"):
+        assert all(key in h for h in logged if h["step"] >= 4), key
+    for ckpt in checkpoints[:-1]:
+        resumed = AERGRPOTrainer(
+            model=helpers.make_model(tokenizer),
+            reward_funcs=[helpers.even_length_reward],
+            args=helpers.make_config(tmp_path / f"resumed-{ckpt.name}", **common),
+            train_dataset=helpers.make_dataset(),
+            processing_class=tokenizer,
+        )
+        resumed.train(resume_from_checkpoint=str(ckpt))
+        a, b = full.aer_callback.controller, resumed.aer_callback.controller
+        assert alphas(resumed) == alphas(full), ckpt.name
+        assert (b.initial_entropy, b.target, b.iteration) == (a.initial_entropy, a.target, a.iteration)
+
+
+def test_clip_cov_cut_tokens_keep_their_kl_gradient(tmp_path, tokenizer):
+    """Clip-Cov cuts only the policy-gradient term of a token (per-token advantage 0, as verl masks pg_losses): with
+    β > 0 the KL term's gradient survives. Every token is cut here, so the loss and its gradient are exactly TRL's
+    with zero advantages, i.e. β·KL alone."""
+
+    def trainer_for(method, **extra):
+        t = AERGRPOTrainer(
+            model=helpers.make_model(tokenizer),
+            reward_funcs=[helpers.even_length_reward],
+            args=helpers.make_config(tmp_path / method, method=method, **extra),
+            train_dataset=helpers.make_dataset(),
+            processing_class=tokenizer,
+        )
+        t.beta = 0.5  # after construction: no reference model is built, the batch carries its log-probs
+        t.model.train()
+        t.current_gradient_accumulation_steps = 1
+        return t
+
+    batch = fixed_batch(tokenizer, [0.0] * 4)
+    batch["ref_per_token_logps"] = torch.full(batch["completion_ids"].shape, -3.0)
+    cut_all = dict(clip_cov_ratio=1.0, clip_cov_lb=-1e9, clip_cov_ub=1e9)
+    cov = trainer_for("clip_cov", **cut_all)
+    loss = cov.compute_loss(cov.model, dict(batch))
+    assert cov._metrics["train"]["clip_cov/zeroed_fraction"][-1] == 1.0
+    plain = trainer_for("grpo")
+    zero_adv = dict(batch, advantages=torch.zeros(4))
+    reference = plain.compute_loss(plain.model, zero_adv)
+    torch.testing.assert_close(loss, reference)
+    g_cov, g_ref = grads(cov.model, loss), grads(plain.model, reference)
+    assert any(g.abs().sum() > 0 for g in g_ref.values()), "the KL term must carry gradient for this test to mean it"
+    for name in g_ref:
+        torch.testing.assert_close(g_cov[name], g_ref[name], msg=name)
