@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
@@ -23,15 +25,17 @@ class AERCallback(TrainerCallback, ExportableState):
         eta: float = 0.005,
         alpha_init: float = 0.0,
         alpha_max: float | None = None,
-        target_entropy: float | None = None,
+        absolute_target: float | None = None,
         adaptive: bool = True,
+        target_entropy: float | None = None,  # the former spelling of absolute_target (checkpoints before 0.2)
     ):
+        absolute_target = target_entropy if absolute_target is None else absolute_target
         self.controller = AERController(
             tau=tau,
             eta=eta,
             alpha=alpha_init,
             alpha_max=alpha_max,
-            target_entropy=target_entropy,
+            absolute_target=absolute_target,
             adaptive=adaptive,
         )
         self._init_args = {
@@ -39,7 +43,7 @@ class AERCallback(TrainerCallback, ExportableState):
             "eta": eta,
             "alpha_init": alpha_init,
             "alpha_max": alpha_max,
-            "target_entropy": target_entropy,
+            "absolute_target": absolute_target,
             "adaptive": adaptive,
         }
         self.pending_entropy: float | None = None
@@ -51,7 +55,7 @@ class AERCallback(TrainerCallback, ExportableState):
             eta=args.aer_eta,
             alpha_init=args.aer_alpha_init,
             alpha_max=args.aer_alpha_max,
-            target_entropy=args.aer_target_entropy,
+            absolute_target=args.aer_target_entropy,
             adaptive=args.aer_adaptive,
         )
 
@@ -65,7 +69,14 @@ class AERCallback(TrainerCallback, ExportableState):
         return self.controller.initial_entropy
 
     @property
+    def target(self) -> float | None:
+        """H* (logged as aer/target_entropy)."""
+        return self.controller.target
+
+    @property
     def target_entropy(self) -> float | None:
+        """Deprecated spelling of `target` (H*); removed in 0.3."""
+        warnings.warn("AERCallback.target_entropy is renamed AERCallback.target", DeprecationWarning, stacklevel=2)
         return self.controller.target
 
     def submit_entropy(self, entropy: float) -> None:

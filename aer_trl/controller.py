@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -87,23 +88,37 @@ class AERController:
     """Holds the global coefficient α, the initial entropy H0 and the target H* (C2 + C3).
 
     ``observe(entropy)`` is called once per AER iteration (one rollout batch) with the measured policy entropy:
-    the first call anchors H0 and H* = τ·H0 (unless an absolute ``target_entropy`` is given), then α is updated.
+    the first call anchors H0 and H* = τ·H0 (unless ``absolute_target`` is given), then α is updated.
+
+    Names: ``target`` is H* (what α steers towards); ``absolute_target`` is the optional fixed H* that replaces τ·H0
+    (``AERConfig.aer_target_entropy``). ``target_entropy`` is the former spelling of ``absolute_target``, accepted
+    until 0.3 with a DeprecationWarning.
     """
 
     tau: float = 0.4
     eta: float = 0.005
     alpha: float = 0.0
     alpha_max: float | None = None
-    target_entropy: float | None = None
+    absolute_target: float | None = None
     adaptive: bool = True
     initial_entropy: float | None = None
     iteration: int = 0
     history: list = field(default_factory=list)
+    target_entropy: float | None = field(default=None, repr=False)  # deprecated spelling of absolute_target
+
+    def __post_init__(self):
+        if self.target_entropy is not None:
+            warnings.warn(
+                "AERController(target_entropy=...) is renamed absolute_target", DeprecationWarning, stacklevel=3
+            )
+            if self.absolute_target is None:
+                self.absolute_target = self.target_entropy
 
     @property
     def target(self) -> float | None:
-        if self.target_entropy is not None:
-            return self.target_entropy
+        """H*: the absolute target when set, else τ·H0 (None before the first measurement)."""
+        if self.absolute_target is not None:
+            return self.absolute_target
         if self.initial_entropy is None:
             return None
         return self.tau * self.initial_entropy

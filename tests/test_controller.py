@@ -101,7 +101,7 @@ def test_controller_anchors_h0_then_tracks_target():
 
 
 def test_controller_absolute_target_and_non_adaptive():
-    ctrl = AERController(tau=0.5, eta=0.1, alpha=0.3, target_entropy=3.0)
+    ctrl = AERController(tau=0.5, eta=0.1, alpha=0.3, absolute_target=3.0)
     ctrl.observe(2.0)
     assert ctrl.target == 3.0 and ctrl.alpha == pytest.approx(0.4)
     fixed = AERController(alpha=0.3, adaptive=False)
@@ -122,3 +122,15 @@ def test_controller_state_round_trip():
     other = AERController(tau=0.4, eta=0.01)
     other.load_state_dict(ctrl.state_dict())
     assert other.state_dict() == ctrl.state_dict() and other.target == ctrl.target
+
+
+def test_old_spellings_still_work_for_one_release():
+    with pytest.warns(DeprecationWarning, match="absolute_target"):
+        ctrl = AERController(tau=0.5, target_entropy=2.0)
+    assert ctrl.absolute_target == 2.0 and ctrl.target == 2.0
+    from aer_trl import AERCallback
+
+    cb = AERCallback(target_entropy=1.5)  # the args saved in checkpoints written before the rename
+    assert cb.target == 1.5
+    with pytest.warns(DeprecationWarning, match="AERCallback.target"):
+        assert cb.target_entropy == 1.5
