@@ -52,6 +52,20 @@ def hard_mask(group_acc: torch.Tensor, rho: float) -> torch.Tensor:
     return (rho - group_acc) > 0
 
 
+BUCKETS = ("unsolved", "hard", "learning", "solved")  # g = 0 | 0 < g < ρ | ρ ≤ g < 1 | g = 1
+
+
+def difficulty_buckets(group_acc: torch.Tensor, rho: float) -> torch.Tensor:
+    """Bucket index of each completion's prompt by group accuracy g (`BUCKETS`): 0 when g = 0, 1 when 0 < g < ρ,
+    2 when ρ ≤ g < 1 (ρ = 0 included: every solved-sometimes prompt), 3 when g = 1; -1 for an unscorable group."""
+    out = torch.full_like(group_acc, -1, dtype=torch.long)
+    out[group_acc == 0] = 0
+    out[(group_acc > 0) & (group_acc < rho)] = 1
+    out[(group_acc >= rho) & (group_acc > 0) & (group_acc < 1)] = 2
+    out[group_acc == 1] = 3
+    return out
+
+
 def difficulty_coefficients(
     group_acc: torch.Tensor, alpha: float, rho: float, eps: float = 1e-8, difficulty_aware: bool = True
 ) -> torch.Tensor:

@@ -23,7 +23,7 @@ from trl.trainer.utils import get_config_model_id
 
 from .callback import AERCallback
 from .config import METHODS, AERConfig
-from .controller import difficulty_coefficients, group_accuracy, hard_mask
+from .controller import BUCKETS, difficulty_buckets, difficulty_coefficients, group_accuracy, hard_mask
 from .methods import clip_cov_mask, ent_adv_advantages, kl_cov_advantages
 from .metrics import MetricsFileCallback
 from .rewards import pop_reward_stats
@@ -158,9 +158,18 @@ class AERGRPOTrainer(GRPOTrainer):
         # λ stays on the host (one float per completion): compute_loss can then skip λ = 0 micro-batches without
         # waiting for the device; TRL's shuffle and split index host tensors like device ones.
         output["aer_lambda"] = lam[process_slice].cpu()
+        buckets = difficulty_buckets(g, self.args.aer_rho)
+        output["aer_bucket"] = buckets[process_slice].cpu()
 
         metrics = self._metrics[mode]
         metrics["aer/lambda_mean"].append(lam.mean().item())
+        # per-difficulty telemetry: where the entropy budget goes (the entropy per bucket is logged per rollout batch)
+        for b, name in enumerate(BUCKETS):
+            members = buckets == b
+            metrics[f"aer/bucket/{name}/share"].append(members.float().mean().item())
+            if members.any():
+                metrics[f"aer/bucket/{name}/lambda"].append(lam[members].mean().item())
+                metrics[f"aer/bucket/{name}/accuracy"].append(g[members].mean().item())
         metrics["aer/hard_fraction"].append(hard_mask(g, self.args.aer_rho).float().mean().item())
         g_mean = torch.nanmean(g).item()
         if not math.isnan(g_mean):
@@ -246,7 +255,18 @@ class AERGRPOTrainer(GRPOTrainer):
             loss = loss - (lam * seq_entropy).mean() / accumulation_factor
 
         if mode == "train":
-            stats = torch.stack([(entropies.detach() * mask).sum(), mask.sum()]).float()
+            # [Σ H, token count, then Σ H and token count per difficulty bucket]: summed over micro-batches and
+            # reduced over processes together at the end of the rollout batch
+            seq_sum, seq_count = (entropies.detach() * mask).sum(-1).float(), mask.sum(-1).float()
+            bucket = inputs.get("aer_bucket")
+            if bucket is not None:
+                onehot = torch.nn.functional.one_hot(bucket.clamp(min=0), len(BUCKETS)).float()
+                onehot[bucket < 0] = 0
+                onehot = onehot.to(seq_sum.device, non_blocking=True)
+                per_bucket = torch.cat([onehot.T @ seq_sum, onehot.T @ seq_count])
+            else:
+                per_bucket = torch.zeros(2 * len(BUCKETS), device=seq_sum.device)
+            stats = torch.cat([torch.stack([seq_sum.sum(), seq_count.sum()]), per_bucket])
             self._aer_entropy_stats = stats if self._aer_entropy_stats is None else self._aer_entropy_stats + stats
         return loss
 
@@ -260,13 +280,17 @@ class AERGRPOTrainer(GRPOTrainer):
         """End of a rollout batch: reduce the entropy over micro-batches and processes, hand it to the callback."""
         stats = self._aer_entropy_stats
         if stats is None:
-            stats = torch.zeros(2, device=self.accelerator.device)
-        stats = self.accelerator.reduce(stats.to(self.accelerator.device), reduction="sum")
+            stats = torch.zeros(2 + 2 * len(BUCKETS), device=self.accelerator.device)
+        stats = self.accelerator.reduce(stats.to(self.accelerator.device), reduction="sum").tolist()
         self._aer_entropy_stats = None
-        entropy = (stats[0] / stats[1]).item() if stats[1] > 0 else float("nan")
+        entropy = stats[0] / stats[1] if stats[1] > 0 else float("nan")
         self.aer_callback.submit_entropy(entropy)
         if not math.isnan(entropy):
             self._metrics["train"]["aer/entropy"].append(entropy)
+        n = len(BUCKETS)
+        for b, name in enumerate(BUCKETS):
+            if stats[2 + n + b] > 0:
+                self._metrics["train"][f"aer/bucket/{name}/entropy"].append(stats[2 + b] / stats[2 + n + b])
 
     # ------------------------------------------------------------------------------------------------ model card
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):

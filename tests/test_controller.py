@@ -134,3 +134,12 @@ def test_old_spellings_still_work_for_one_release():
     assert cb.target == 1.5
     with pytest.warns(DeprecationWarning, match="AERCallback.target"):
         assert cb.target_entropy == 1.5
+
+
+def test_difficulty_buckets():
+    from aer_trl.controller import difficulty_buckets
+
+    g = torch.tensor([0.0, 0.125, 0.25, 0.5, 1.0, float("nan")])
+    assert difficulty_buckets(g, 0.25).tolist() == [0, 1, 2, 2, 3, -1]
+    assert difficulty_buckets(g, 0.0).tolist() == [0, 2, 2, 2, 3, -1]  # ρ = 0: nothing lies between 0 and ρ
+    assert difficulty_buckets(g, 1.0).tolist() == [0, 1, 1, 1, 3, -1]

@@ -409,3 +409,15 @@ def test_clip_cov_cut_tokens_keep_their_kl_gradient(tmp_path, tokenizer):
     assert any(g.abs().sum() > 0 for g in g_ref.values()), "the KL term must carry gradient for this test to mean it"
     for name in g_ref:
         torch.testing.assert_close(g_cov[name], g_ref[name], msg=name)
+
+
+def test_per_difficulty_telemetry(tmp_path, tokenizer):
+    """Share, λ, accuracy and token-weighted entropy per bucket of g (unsolved / hard / learning / solved)."""
+    trainer = train_aer(tmp_path, tokenizer, max_steps=3, aer_alpha_init=0.1, aer_rho=0.5)
+    for h in [h for h in trainer.state.log_history if "loss" in h]:
+        shares = [h[f"aer/bucket/{b}/share"] for b in ("unsolved", "hard", "learning", "solved")]
+        assert sum(shares) == pytest.approx(1.0)
+        entropies = [v for k, v in h.items() if k.startswith("aer/bucket/") and k.endswith("/entropy")]
+        assert entropies and min(entropies) - 1e-6 <= h["aer/entropy"] <= max(entropies) + 1e-6  # a weighted mean
+        if "aer/bucket/solved/lambda" in h:
+            assert h["aer/bucket/solved/lambda"] == 0.0  # solved prompts never get the bonus

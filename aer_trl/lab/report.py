@@ -64,13 +64,14 @@ def _series(records: list[dict], key: str):
 
 
 def plot_runs(runs: dict[str, list[dict]], passk: dict[str, dict] | None, path, tau: float | None = None) -> Path:
-    """One PNG: entropy (with H*), α, reward, accuracy per tier, response length and held-out pass@k."""
+    """One PNG: entropy (with H*), α, reward, accuracy per tier, response length, held-out pass@k, and per
+    difficulty bucket of g (g = 0 / 0 < g < ρ / ρ ≤ g < 1 / g = 1): entropy, share of completions and λ."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    fig, axes = plt.subplots(3, 3, figsize=(15, 12.5))
     colors = {name: f"C{i}" for i, name in enumerate(runs)}
     panels = [
         (axes[0, 0], "aer/entropy", "policy entropy (nats/token)"),
@@ -113,6 +114,23 @@ def plot_runs(runs: dict[str, list[dict]], passk: dict[str, dict] | None, path, 
     ax.set_title("held-out pass@k (%)")
     ax.set_xlabel("k")
     axes[0, 1].legend()
+    # where the entropy budget goes: per difficulty bucket of the group accuracy g (aer/bucket/<name>/*)
+    from ..controller import BUCKETS
+
+    for ax, metric, title in (
+        (axes[2, 0], "entropy", "entropy per difficulty bucket of g"),
+        (axes[2, 1], "share", "share of completions per bucket"),
+        (axes[2, 2], "lambda", "mean λ per bucket (the bonus)"),
+    ):
+        for i, (name, records) in enumerate(runs.items()):
+            for j, bucket in enumerate(BUCKETS):
+                xs, ys = _series(records, f"aer/bucket/{bucket}/{metric}")
+                if ys:
+                    ax.plot(xs, ys, color=f"C{j + 4}", ls=styles[i % len(styles)], label=f"{name} {bucket}")
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        if ax.lines:
+            ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

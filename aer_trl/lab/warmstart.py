@@ -72,7 +72,7 @@ def build_warm_start(
         seed=config.seed,
     )
     dataset = make_sft_dataset(config.num_examples, seed=config.seed, noise=config.noise)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: concurrent first runs never collide
     args = SFTConfig(
         output_dir=str(tmp),
         use_cpu=True,
@@ -96,9 +96,14 @@ def build_warm_start(
     trainer.model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / "lab_meta.json").write_text(json.dumps({"warm_start": asdict(config)}, indent=2))
-    if path.exists():
-        import shutil
+    import shutil
 
+    if force and path.exists():
         shutil.rmtree(path)
-    tmp.rename(path)  # written whole, then moved: an interrupted build never leaves a half model behind
+    try:
+        tmp.rename(path)  # written whole, then moved: an interrupted build never leaves a half model behind
+    except OSError:  # another process finished the same warm start first: keep its copy (same seed, same model)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (path / "lab_meta.json").exists():
+            raise
     return path
