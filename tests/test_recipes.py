@@ -2,6 +2,7 @@
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -91,6 +92,30 @@ def test_data_loader_errors_name_the_problem(tmp_path):
         load_math_dataset(str(tmp_path / "missing.jsonl"))
     with pytest.raises(ValueError, match="expected a question column"):
         load_math_dataset(str(write_jsonl(tmp_path / "x.jsonl", [{"text": "a", "label": 1}])))
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match="empty.jsonl is empty"):
+        load_math_dataset(str(tmp_path / "empty.jsonl"))
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"question": "q", "answer": "???"}, {"question": "r", "answer": ""}])
+    with pytest.raises(ValueError, match="none of its 2 rows has a gold answer"):
+        load_math_dataset(str(bad))
+
+
+def test_cpu_runs_use_the_machines_cores(tmp_path, monkeypatch):
+    import torch
+
+    from aer_trl.run import use_cpu_cores
+
+    config = AERConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # what `accelerate launch` leaves a CPU child with (OMP_NUM_THREADS=1)
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+        monkeypatch.delenv("AER_CPU_THREADS", raising=False)
+        assert use_cpu_cores(config) == (os.cpu_count() or 1) == torch.get_num_threads()
+        monkeypatch.setenv("AER_CPU_THREADS", "1")
+        assert use_cpu_cores(config) == 1 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_train_script_trains_on_local_model_and_data_and_writes_card(tmp_path, tokenizer):
