@@ -43,7 +43,13 @@ def main():
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--max_steps", type=int, default=3)
     parser.add_argument("--save_steps", type=int, default=0)
+    parser.add_argument("--eval_bench", default=None, help="also validate every step with PassAtKCallback")
     cli = parser.parse_args()
+    passk = None
+    if cli.eval_bench:
+        from aer_trl.evaluation import PassAtKCallback
+
+        passk = PassAtKCallback(cli.eval_bench, eval_steps=1, num_samples=2, k_list=[1, 2], max_new_tokens=2)
 
     tokenizer = helpers.make_tokenizer()
     args = helpers.make_config(
@@ -55,7 +61,7 @@ def main():
         aer_alpha_init=0.5,
         aer_target_entropy=100.0,  # entropy always below target: α rises by η every iteration
         aer_eta=0.01,
-        save_strategy="steps" if cli.save_steps else "no",
+        save_strategy="steps" if cli.save_steps or passk else "no",
         save_steps=cli.save_steps or 500,
         use_cpu=True,
     )
@@ -65,6 +71,7 @@ def main():
         args=args,
         train_dataset=helpers.make_dataset(),
         processing_class=tokenizer,
+        callbacks=[passk] if passk else None,
     )
     trainer.rollouts = []
     trainer.train()
@@ -82,7 +89,9 @@ def main():
         "rollouts": trainer.rollouts,
         "history": trainer.aer_callback.controller.history,
         "initial_entropy": trainer.aer_callback.initial_entropy,
-        "target": trainer.aer_callback.target_entropy,
+        "target": trainer.aer_callback.target,
+        "passk_history": passk.history if passk else None,
+        "passk_best_step": passk.best_step if passk else None,
         "num_generations": args.num_generations,
         "rho": args.aer_rho,
     }
