@@ -82,7 +82,7 @@ def check_group_accuracy_and_lockstep(ranks):
 
 
 def eval_bench(tmp_path) -> str:
-    """5 problems: the two ranks get 3 and 2, so the rank with fewer makes a padding call (ZeRO-3 needs them in step)."""
+    """5 problems: the ranks get 3 and 2, so the one with fewer makes a padding call (ZeRO-3 needs them in step)."""
     path = tmp_path / "bench.jsonl"
     path.write_text("".join(json.dumps({"question": f"{i}?", "answer": str(i % 3)}) + "\n" for i in range(5)))
     return str(path)
