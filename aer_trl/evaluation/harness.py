@@ -286,7 +286,7 @@ def generate_missing(args: EvalArguments, plans: list[Plan], factory, shard: int
     """Generate and judge every problem of this shard that the store lacks for these arguments."""
     out = Path(args.output_dir)
     path = out / ("generations.jsonl" if num_shards == 1 else f"generations.shard{shard}.jsonl")
-    done = load_store(out)
+    done = load_store(out, repair=path)  # other shards' files may be mid-append in their own workers
     step = args.batch_size if choose_backend(args.backend) == "vllm" else 1
     generator, generator_model = None, None
     for plan in plans:

@@ -43,25 +43,28 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()[:20]
 
 
+def sampled_file_hash(path: Path, whole: bool = False) -> str:
+    """Hash of a (large) file's name, size, first and last MiB; of all of it when `whole` or small."""
+    size = path.stat().st_size
+    h = hashlib.sha256(f"{path.name}\0{size}\0".encode())
+    with open(path, "rb") as f:
+        if whole or size <= 2 * _SAMPLE:
+            h.update(f.read())
+        else:
+            h.update(f.read(_SAMPLE))
+            f.seek(size - _SAMPLE)
+            h.update(f.read(_SAMPLE))
+    return h.hexdigest()[:20]
+
+
 def weights_hash(folder: Path) -> str:
     """Hash of a model folder: config files whole; each weights file's name, size, first and last MiB."""
-    h = hashlib.sha256()
     files = sorted(
         p for p in folder.iterdir() if p.is_file() and (p.suffix in _HASHED_FILES or p.name in _HASHED_NAMES)
     )
     if not files:
         raise FileNotFoundError(f"models: {folder} holds no weights or config.json")
-    for p in files:
-        size = p.stat().st_size
-        h.update(f"{p.name}\0{size}\0".encode())
-        with open(p, "rb") as f:
-            if p.suffix not in _HASHED_FILES or size <= 2 * _SAMPLE:
-                h.update(f.read())
-            else:
-                h.update(f.read(_SAMPLE))
-                f.seek(size - _SAMPLE)
-                h.update(f.read(_SAMPLE))
-    return h.hexdigest()[:20]
+    return digest([sampled_file_hash(p, whole=p.suffix not in _HASHED_FILES) for p in files])
 
 
 def model_identity(model: str, revision: str | None = None) -> dict:
@@ -164,10 +167,13 @@ def append_records(path: Path, records: list[dict]) -> None:
             ) from e
 
 
-def load_store(out: Path) -> dict[tuple[str, str], dict]:
-    """(fingerprint, problem hash) -> record, over every generations*.jsonl in `out` (worker shards included)."""
+def load_store(out: Path, repair: Path | None | bool = True) -> dict[tuple[str, str], dict]:
+    """(fingerprint, problem hash) -> record, over every generations*.jsonl in `out` (worker shards included).
+
+    `repair`: True repairs every file; a path repairs only that one (a data-parallel worker repairs its own shard
+    and never rewrites a file another worker may be appending to)."""
     done: dict[tuple[str, str], dict] = {}
     for path in sorted(out.glob("generations*.jsonl")):
-        for record in read_records(path):
+        for record in read_records(path, repair=repair is True or path == repair):
             done.setdefault((record["fp"], record["problem"]), record)
     return done
