@@ -31,3 +31,49 @@ def test_entropy_tracking_reads_demo_metrics(tmp_path, capsys):
     # second half: steps 3 and 4 -> distances 0.1 and 0.1
     assert abs(out["aer"][0]["median"] - 0.1) < 1e-9 and out["aer"][0]["within_15pct"] == 1.0
     assert "| aer | 1 |" in capsys.readouterr().out
+
+
+TINY = [
+    "--lab_warm_start",
+    "tiny",
+    "--lab_train_size",
+    "64",
+    "--per_device_train_batch_size",
+    "16",
+    "--num_generations",
+    "4",
+    "--max_steps",
+    "2",
+    "--logging_steps",
+    "1",
+]
+
+
+def test_lab_ablation_is_resumable_and_aggregates_with_intervals(tmp_path, monkeypatch):
+    import lab_ablation
+
+    common = ["--study", "rho", "--seeds", "0", "1", "--output_dir", str(tmp_path / "abl")]
+    common += ["--lab_cache_dir", str(tmp_path / "lab"), "--eval_per_tier", "2", "--eval_samples", "4"]
+    monkeypatch.setattr(lab_ablation, "STUDIES", {"rho": lab_ablation.STUDIES["rho"][:2]})
+    rows = lab_ablation.main([*common, *TINY])
+    assert set(rows) == {"aer_rho0.0", "aer_rho0.2"} and all(r["seeds"] == [0, 1] for r in rows.values())
+    mean, half = rows["aer_rho0.2"]["pass@1"]
+    assert 0 <= mean <= 100 and (half >= 0 or half != half)
+    table = (tmp_path / "abl" / "rho.md").read_text()
+    assert "| aer_rho0.0 | 2 |" in table and "95% Student-t" in table
+    assert (tmp_path / "abl" / "rho.png").stat().st_size > 5000
+
+    from aer_trl.lab import demo
+
+    monkeypatch.setattr(demo, "run_recipe", lambda *a, **k: (_ for _ in ()).throw(AssertionError("reran a cell")))
+    rerun = lab_ablation.main([*common, *TINY])  # every cell is on disk: nothing is trained again
+    assert rerun["aer_rho0.2"]["pass@1"] == rows["aer_rho0.2"]["pass@1"]
+    again = lab_ablation.main([*common, "--aggregate_only"])
+    assert again["aer_rho0.2"]["pass@1"] == rows["aer_rho0.2"]["pass@1"]
+
+
+def test_t_interval():
+    import lab_ablation
+
+    mean, half = lab_ablation.interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and abs(half - 4.303 * 1.0 / 3**0.5) < 1e-9

@@ -1,0 +1,189 @@
+"""The paper's ablations on the laptop lab, over seeds, with 95% confidence intervals. Resumable: a finished cell
+(study × method × seed) is never rerun, so the command can be killed and started again at any time.
+
+    python benchmarks/lab_ablation.py --study table1 --seeds 0 1 2 3 4  # GRPO, Clip-Higher, Ent-Adv, KL/Clip-Cov, AER
+    python benchmarks/lab_ablation.py --study table2 --seeds 0 1 2 3 4  # GRPO, fixed coef., C1, C2&C3, AER
+    python benchmarks/lab_ablation.py --study rho --seeds 0 1 2 3 4     # AER, ρ ∈ {0, 0.2, 0.5, 0.8, 1}
+    python benchmarks/lab_ablation.py --study tau --seeds 0 1 2 3 4     # AER, τ ∈ {0.2, 0.4, 0.7, 1.0, 1.2}
+    python benchmarks/lab_ablation.py --study table1 --aggregate_only   # tables and figure from finished cells
+    ... --steps_per_generation 4 --per_device_train_batch_size 64       # any other flag goes to every recipe
+
+Per cell: held-out pass@1 and pass@16 per difficulty tier (the same held-out problems for every cell), the final
+training entropy (mean of the last 3 logged values) and the median relative distance |H − H*| / H* over the second
+half of training (H* = τ·H0, which GRPO runs log too as a reference). Per method: the mean over seeds and a 95%
+Student-t interval (mean ± t₀.₉₇₅,ₙ₋₁ · s / √n). Writes `<output_dir>/<study>.md`, `<study>.json` and `<study>.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "lab"
+STUDIES = {
+    "table1": [(m, m, []) for m in ("grpo", "clip_higher", "ent_adv", "kl_cov", "clip_cov", "aer")],
+    "table2": [(m, m, []) for m in ("grpo", "aer_fixed", "aer_c1", "aer_c2c3", "aer")],
+    "rho": [(f"aer_rho{r}", "aer", ["--aer_rho", str(r)]) for r in (0.0, 0.2, 0.5, 0.8, 1.0)],
+    "tau": [(f"aer_tau{t}", "aer", ["--aer_tau", str(t)]) for t in (0.2, 0.4, 0.7, 1.0, 1.2)],
+}
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% Student-t interval (nan with one value)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, float("nan")
+    t = T975.get(len(values) - 1, 2.0)
+    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def entropy_summary(records: list[dict]) -> dict:
+    logged = [r for r in records if r.get("aer/entropy") is not None and "train_runtime" not in r]
+    entropies = [r["aer/entropy"] for r in logged]
+    second = [r for r in logged[len(logged) // 2 :] if r.get("aer/target_entropy")]
+    distance = [abs(r["aer/entropy"] - r["aer/target_entropy"]) / r["aer/target_entropy"] for r in second]
+    return {
+        "final_entropy": statistics.fmean(entropies[-3:]) if entropies else float("nan"),
+        "target_distance": statistics.median(distance) if distance else float("nan"),
+    }
+
+
+def run_cell(study: str, name: str, method: str, extra: list[str], seed: int, args, held_out) -> dict:
+    """Train and evaluate one cell unless its result is on disk; the result is written last, atomically."""
+    from aer_trl.lab.demo import run_recipe
+    from aer_trl.lab.report import evaluate_pass_at_k
+    from aer_trl.metrics import read_metrics
+
+    cell_dir = Path(args.output_dir) / study / name / f"seed{seed}"
+    result_path = cell_dir / "cell.json"
+    if result_path.exists():
+        return json.loads(result_path.read_text())
+    start = time.perf_counter()
+    run_recipe(
+        RECIPES / f"{method}.yaml",
+        [
+            "--lab_cache_dir",
+            args.lab_cache_dir,
+            *extra,
+            *args.recipe_overrides,
+            "--output_dir",
+            str(cell_dir),
+            "--seed",
+            str(seed),
+            "--disable_tqdm",
+            "true",
+        ],
+    )
+    passk = evaluate_pass_at_k(cell_dir, held_out, n=args.eval_samples, seed=seed, disable_tqdm=True)
+    result = {
+        "study": study,
+        "name": name,
+        "method": method,
+        "seed": seed,
+        "passk": {group: {str(k): v for k, v in ks.items()} for group, ks in passk.items()},
+        **entropy_summary(read_metrics(cell_dir / "metrics.jsonl")),
+        "seconds": time.perf_counter() - start,
+    }
+    tmp = result_path.with_name(f".cell.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    os.replace(tmp, result_path)
+    return result
+
+
+def aggregate(study: str, cells: list[dict], out: Path, k_high: int) -> dict:
+    names = list(dict.fromkeys(c["name"] for c in cells))
+    tiers = sorted(g for g in cells[0]["passk"] if g != "all")
+    columns = [("pass@1", lambda c: 100 * c["passk"]["all"]["1"])]
+    columns += [(f"{t} pass@{k_high}", lambda c, t=t: 100 * c["passk"][t][str(k_high)]) for t in tiers]
+    columns += [("final H", lambda c: c["final_entropy"]), ("|H−H*|/H*", lambda c: c["target_distance"])]
+    rows = {}
+    for name in names:
+        mine = [c for c in cells if c["name"] == name]
+        rows[name] = {"seeds": sorted(c["seed"] for c in mine)}
+        rows[name].update({col: interval([f(c) for c in mine]) for col, f in columns})
+    head = "| method | seeds | " + " | ".join(col for col, _ in columns) + " |"
+    lines = [head, "|---" * (len(columns) + 2) + "|"]
+    for name, row in rows.items():
+        cells_txt = [
+            f"{m:.3g} ± {h:.2g}" if not math.isnan(h) else f"{m:.3g}" for m, h in (row[c] for c, _ in columns)
+        ]
+        lines.append(f"| {name} | {len(row['seeds'])} | " + " | ".join(cells_txt) + " |")
+    table = "\n".join(lines) + (
+        f"\n\nMean over seeds ± half-width of the 95% Student-t interval; pass@k in % on the held-out set, "
+        f"pass@{k_high} per difficulty tier.\n"
+    )
+    (out / f"{study}.md").write_text(table)
+    (out / f"{study}.json").write_text(json.dumps({"cells": cells, "rows": rows}, indent=2))
+    plot(study, rows, [c for c, _ in columns], out / f"{study}.png")
+    return rows
+
+
+def plot(study: str, rows: dict, columns: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [c for c in columns if c in ("pass@1", "final H", "|H−H*|/H*")] + [c for c in columns if "tier" in c][-1:]
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.8), squeeze=False)
+    names = list(rows)
+    for ax, col in zip(axes[0], shown):
+        means = [rows[n][col][0] for n in names]
+        errs = [0 if math.isnan(rows[n][col][1]) else rows[n][col][1] for n in names]
+        ax.bar(range(len(names)), means, yerr=errs, capsize=4, color=[f"C{i}" for i in range(len(names))])
+        ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
+        ax.set_title(col)
+    fig.suptitle(f"laptop lab, {study}: mean over seeds, 95% t-interval")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--study", choices=list(STUDIES), required=True)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--output_dir", default="runs/ablation")
+    parser.add_argument("--lab_cache_dir", default="runs/lab")
+    parser.add_argument("--eval_per_tier", type=int, default=64)
+    parser.add_argument("--eval_samples", type=int, default=16)
+    parser.add_argument("--aggregate_only", action="store_true", help="tables and figure from the finished cells")
+    args, args.recipe_overrides = parser.parse_known_args(argv)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    from aer_trl.lab.demo import held_out_set
+    from aer_trl.lab.tasks import make_arithmetic_dataset
+
+    # every lab recipe trains on the same generated problems (lab_train_size 8192, lab_data_seed 0)
+    train_prompts = set(make_arithmetic_dataset(8192, seed=0)["prompt"])
+    held_out = held_out_set(args.eval_per_tier, train_prompts)
+    cells = []
+    for seed in args.seeds:  # seed-major: an interrupted study has every method at the same number of seeds
+        for name, method, extra in STUDIES[args.study]:
+            path = out / args.study / name / f"seed{seed}" / "cell.json"
+            if args.aggregate_only:
+                if path.exists():
+                    cells.append(json.loads(path.read_text()))
+                continue
+            cells.append(run_cell(args.study, name, method, extra, seed, args, held_out))
+            print(f"{args.study} {name} seed {seed}: done ({cells[-1]['seconds']:.0f} s)", flush=True)
+    if not cells:
+        raise SystemExit(f"no finished cell under {out / args.study}")
+    k_high = max(int(k) for k in cells[0]["passk"]["all"])
+    rows = aggregate(args.study, cells, out, k_high)
+    print((out / f"{args.study}.md").read_text())
+    return rows
+
+
+if __name__ == "__main__":
+    main()
