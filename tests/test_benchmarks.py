@@ -33,20 +33,10 @@ def test_entropy_tracking_reads_demo_metrics(tmp_path, capsys):
     assert "| aer | 1 |" in capsys.readouterr().out
 
 
-TINY = [
-    "--lab_warm_start",
-    "tiny",
-    "--lab_train_size",
-    "64",
-    "--per_device_train_batch_size",
-    "16",
-    "--num_generations",
-    "4",
-    "--max_steps",
-    "2",
-    "--logging_steps",
-    "1",
-]
+def tiny():
+    from aer_trl.lab.demo import QUICK_OVERRIDES
+
+    return [*QUICK_OVERRIDES, "--max_steps", "2"]
 
 
 def test_lab_ablation_is_resumable_and_aggregates_with_intervals(tmp_path, monkeypatch):
@@ -55,7 +45,7 @@ def test_lab_ablation_is_resumable_and_aggregates_with_intervals(tmp_path, monke
     common = ["--study", "rho", "--seeds", "0", "1", "--output_dir", str(tmp_path / "abl")]
     common += ["--lab_cache_dir", str(tmp_path / "lab"), "--eval_per_tier", "2", "--eval_samples", "4"]
     monkeypatch.setattr(lab_ablation, "STUDIES", {"rho": lab_ablation.STUDIES["rho"][:2]})
-    rows = lab_ablation.main([*common, *TINY])
+    rows = lab_ablation.main([*common, *tiny()])
     assert set(rows) == {"aer_rho0.0", "aer_rho0.2"} and all(r["seeds"] == [0, 1] for r in rows.values())
     mean, half = rows["aer_rho0.2"]["pass@1"]
     assert 0 <= mean <= 100 and (half >= 0 or half != half)
@@ -66,7 +56,7 @@ def test_lab_ablation_is_resumable_and_aggregates_with_intervals(tmp_path, monke
     from aer_trl.lab import demo
 
     monkeypatch.setattr(demo, "run_recipe", lambda *a, **k: (_ for _ in ()).throw(AssertionError("reran a cell")))
-    rerun = lab_ablation.main([*common, *TINY])  # every cell is on disk: nothing is trained again
+    rerun = lab_ablation.main([*common, *tiny()])  # every cell is on disk: nothing is trained again
     assert rerun["aer_rho0.2"]["pass@1"] == rows["aer_rho0.2"]["pass@1"]
     again = lab_ablation.main([*common, "--aggregate_only"])
     assert again["aer_rho0.2"]["pass@1"] == rows["aer_rho0.2"]["pass@1"]

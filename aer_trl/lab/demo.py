@@ -22,6 +22,21 @@ from .report import evaluate_pass_at_k, passk_markdown, plot_entropy, plot_runs,
 from .tasks import make_arithmetic_dataset
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "lab"
+# a lab run in seconds (the tiny warm start, 64 problems, 16 completions a step): checks a pipeline, proves nothing
+QUICK_OVERRIDES = [
+    "--lab_warm_start",
+    "tiny",
+    "--lab_train_size",
+    "64",
+    "--per_device_train_batch_size",
+    "16",
+    "--num_generations",
+    "4",
+    "--disable_tqdm",
+    "true",
+    "--logging_steps",
+    "1",
+]
 
 
 def held_out_set(per_tier: int, train_prompts: set[str]):
@@ -70,20 +85,7 @@ def main(argv=None) -> dict:
     timings: dict[str, float] = {}
     overrides_common = ["--lab_cache_dir", args.lab_cache_dir, *recipe_overrides]
     if args.quick:
-        overrides_common += [
-            "--lab_warm_start",
-            "tiny",
-            "--lab_train_size",
-            "64",
-            "--per_device_train_batch_size",
-            "16",
-            "--num_generations",
-            "4",
-            "--disable_tqdm",
-            "true",
-            "--logging_steps",
-            "1",
-        ]
+        overrides_common += QUICK_OVERRIDES
         args.max_steps = args.max_steps or 3
         args.eval_per_tier, args.eval_samples = min(args.eval_per_tier, 2), min(args.eval_samples, 4)
     if args.max_steps:
