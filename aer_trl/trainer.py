@@ -198,13 +198,13 @@ class AERGRPOTrainer(GRPOTrainer):
         method, args = self.args.method, self.args
         mask = self._trained_mask(inputs).to(logps.dtype)
         advantages = inputs["advantages"]
+        base = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or already per token
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
         mode = "train" if self.model.training else "eval"
         n_tokens = mask.sum().clamp(min=1.0)
         if method == "ent_adv":
             new_adv = ent_adv_advantages(advantages, entropies, mask, args.ent_adv_alpha, args.ent_adv_kappa)
-            base = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
             self._metrics[mode]["ent_adv/bonus_mean"].append((((new_adv - base) * mask).sum() / n_tokens).item())
             inputs["advantages"] = new_adv
         elif method == "clip_cov":
@@ -223,7 +223,6 @@ class AERGRPOTrainer(GRPOTrainer):
             self._metrics[mode]["clip_cov/zeroed_fraction"].append((cut.sum() / n_tokens).item())
             # a zero advantage removes exactly the policy-gradient term of a cut token (verl masks pg_losses the
             # same way); the KL term and everything else in TRL's loss keeps its gradient
-            base = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
             inputs["advantages"] = torch.where(cut, torch.zeros_like(logps), base.expand_as(logps).to(logps.dtype))
         elif method == "kl_cov":
             new_adv, selected = kl_cov_advantages(advantages, logps, old, mask, args.kl_cov_ratio, args.kl_cov_coef)
