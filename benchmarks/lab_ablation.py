@@ -1,12 +1,19 @@
 """The paper's ablations on the laptop lab, over seeds, with 95% confidence intervals. Resumable: a finished cell
-(study × method × seed) is never rerun, so the command can be killed and started again at any time.
+(method × settings × seed) is never rerun, so the command can be killed and started again at any time.
 
     python benchmarks/lab_ablation.py --study table1 --seeds 0 1 2 3 4  # GRPO, Clip-Higher, Ent-Adv, KL/Clip-Cov, AER
     python benchmarks/lab_ablation.py --study table2 --seeds 0 1 2 3 4  # GRPO, fixed coef., C1, C2&C3, AER
     python benchmarks/lab_ablation.py --study rho --seeds 0 1 2 3 4     # AER, ρ ∈ {0, 0.2, 0.5, 0.8, 1}
     python benchmarks/lab_ablation.py --study tau --seeds 0 1 2 3 4     # AER, τ ∈ {0.2, 0.4, 0.7, 1.0, 1.2}
+    python benchmarks/lab_ablation.py --study all --seeds 0 1 2 3 4     # all four, each shared run trained once
     python benchmarks/lab_ablation.py --study table1 --aggregate_only   # tables and figure from finished cells
-    ... --steps_per_generation 4 --per_device_train_batch_size 64       # any other flag goes to every recipe
+    ... --learning_rate 3e-4                                            # any other flag goes to every recipe
+
+A cell is one training run plus its evaluation, stored under `<output_dir>/cells/<run>-<settings hash>/seed<k>/`.
+The hash covers everything that decides the result (the method's recipe file, the study's and the command line's
+recipe flags, the evaluation sizes), so the same run is shared by every study that contains it (GRPO and AER by
+all four: the sweeps' default points are the AER recipe itself) and a run made with other settings is never mixed
+into a table: change one flag and the affected cells are trained afresh, beside the old ones.
 
 Per cell: held-out pass@1 and pass@16 per difficulty tier (the same held-out problems for every cell), the final
 training entropy (mean of the last 3 logged values) and the median relative distance |H − H*| / H* over the second
@@ -17,6 +24,7 @@ Student-t interval (mean ± t₀.₉₇₅,ₙ₋₁ · s / √n). Writes `<outp
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -25,20 +33,26 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "lab"
 STUDIES = {
     "table1": [(m, m, []) for m in ("grpo", "clip_higher", "ent_adv", "kl_cov", "clip_cov", "aer")],
     "table2": [(m, m, []) for m in ("grpo", "aer_fixed", "aer_c1", "aer_c2c3", "aer")],
-    "rho": [(f"aer_rho{r}", "aer", ["--aer_rho", str(r)]) for r in (0.0, 0.2, 0.5, 0.8, 1.0)],
-    "tau": [(f"aer_tau{t}", "aer", ["--aer_tau", str(t)]) for t in (0.2, 0.4, 0.7, 1.0, 1.2)],
+    # the recipe's own value (ρ = 0.2, τ = 0.7) is the plain AER run, shared with the tables
+    "rho": [(f"aer_rho{r}", "aer", [] if r == 0.2 else ["--aer_rho", str(r)]) for r in (0.0, 0.2, 0.5, 0.8, 1.0)],
+    "tau": [(f"aer_tau{t}", "aer", [] if t == 0.7 else ["--aer_tau", str(t)]) for t in (0.2, 0.4, 0.7, 1.0, 1.2)],
 }
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
 def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% Student-t interval (nan with one value)."""
+    """Mean and the half-width of its 95% Student-t interval (nan with one value; both nan if a value is nan:
+    a run that measured nothing is not averaged away)."""
+    if any(math.isnan(v) for v in values):
+        return float("nan"), float("nan")
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, float("nan")
@@ -54,7 +68,25 @@ def entropy_summary(records: list[dict]) -> dict:
     return {
         "final_entropy": statistics.fmean(entropies[-3:]) if entropies else float("nan"),
         "target_distance": statistics.median(distance) if distance else float("nan"),
+        "entropy_curve": [[r["step"], r["aer/entropy"]] for r in logged],
     }
+
+
+def cell_settings(method: str, extra: list[str], args) -> dict:
+    """Everything that decides a cell's result apart from its seed."""
+    return {
+        "method": method,
+        "recipe": yaml.safe_load((RECIPES / f"{method}.yaml").read_text()),  # its values: comments may change
+        "flags": [*args.recipe_overrides, *extra],
+        "eval_per_tier": args.eval_per_tier,
+        "eval_samples": args.eval_samples,
+    }
+
+
+def cell_dir(method: str, extra: list[str], seed: int, args) -> Path:
+    settings = json.dumps(cell_settings(method, extra, args), sort_keys=True)
+    run = "-".join([method, *(a.lstrip("-") for a in extra)])
+    return Path(args.output_dir) / "cells" / f"{run}-{hashlib.sha1(settings.encode()).hexdigest()[:8]}" / f"seed{seed}"
 
 
 def run_cell(study: str, name: str, method: str, extra: list[str], seed: int, args, held_out) -> dict:
@@ -63,35 +95,36 @@ def run_cell(study: str, name: str, method: str, extra: list[str], seed: int, ar
     from aer_trl.lab.report import evaluate_pass_at_k
     from aer_trl.metrics import read_metrics
 
-    cell_dir = Path(args.output_dir) / study / name / f"seed{seed}"
-    result_path = cell_dir / "cell.json"
+    cell_dir_ = cell_dir(method, extra, seed, args)
+    result_path = cell_dir_ / "cell.json"
     if result_path.exists():
-        return json.loads(result_path.read_text())
+        return {**json.loads(result_path.read_text()), "study": study, "name": name}
     start = time.perf_counter()
     run_recipe(
         RECIPES / f"{method}.yaml",
         [
             "--lab_cache_dir",
             args.lab_cache_dir,
-            *extra,
             *args.recipe_overrides,
+            *extra,  # last: the study's own value wins over a command-line flag
             "--output_dir",
-            str(cell_dir),
+            str(cell_dir_),
             "--seed",
             str(seed),
             "--disable_tqdm",
             "true",
         ],
     )
-    passk = evaluate_pass_at_k(cell_dir, held_out, n=args.eval_samples, seed=seed, disable_tqdm=True)
+    passk = evaluate_pass_at_k(cell_dir_, held_out, n=args.eval_samples, seed=seed, disable_tqdm=True)
     result = {
         "study": study,
         "name": name,
         "method": method,
         "seed": seed,
         "passk": {group: {str(k): v for k, v in ks.items()} for group, ks in passk.items()},
-        **entropy_summary(read_metrics(cell_dir / "metrics.jsonl")),
+        **entropy_summary(read_metrics(cell_dir_ / "metrics.jsonl")),
         "seconds": time.perf_counter() - start,
+        "settings": cell_settings(method, extra, args),
     }
     tmp = result_path.with_name(f".cell.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(result, indent=2))
@@ -99,7 +132,7 @@ def run_cell(study: str, name: str, method: str, extra: list[str], seed: int, ar
     return result
 
 
-def aggregate(study: str, cells: list[dict], out: Path, k_high: int) -> dict:
+def aggregate(study: str, cells: list[dict], out: Path, k_high: int, flags: list[str] = ()) -> dict:
     names = list(dict.fromkeys(c["name"] for c in cells))
     tiers = sorted(g for g in cells[0]["passk"] if g != "all")
     columns = [("pass@1", lambda c: 100 * c["passk"]["all"]["1"])]
@@ -119,24 +152,42 @@ def aggregate(study: str, cells: list[dict], out: Path, k_high: int) -> dict:
         lines.append(f"| {name} | {len(row['seeds'])} | " + " | ".join(cells_txt) + " |")
     table = "\n".join(lines) + (
         f"\n\nMean over seeds ± half-width of the 95% Student-t interval; pass@k in % on the held-out set, "
-        f"pass@{k_high} per difficulty tier.\n"
+        f"pass@{k_high} per difficulty tier. Recipe flags on top of `recipes/lab/<method>.yaml`: "
+        f"`{' '.join(flags) or 'none'}`.\n"
     )
     (out / f"{study}.md").write_text(table)
     (out / f"{study}.json").write_text(json.dumps({"cells": cells, "rows": rows}, indent=2))
-    plot(study, rows, [c for c, _ in columns], out / f"{study}.png")
+    plot(study, rows, [c for c, _ in columns], out / f"{study}.png", cells)
     return rows
 
 
-def plot(study: str, rows: dict, columns: list[str], path: Path) -> None:
+def plot(study: str, rows: dict, columns: list[str], path: Path, cells: list[dict] = ()) -> None:
+    """Bars with 95% intervals for the headline columns, then entropy over training: mean over seeds, min-max band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     shown = [c for c in columns if c in ("pass@1", "final H", "|H−H*|/H*")] + [c for c in columns if "tier" in c][-1:]
-    fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.8), squeeze=False)
+    curves = [c for c in cells if c.get("entropy_curve")]
+    fig, axes = plt.subplots(1, len(shown) + bool(curves), figsize=(4.2 * (len(shown) + bool(curves)), 3.8))
+    axes = [axes] if not hasattr(axes, "__len__") else list(axes)
     names = list(rows)
-    for ax, col in zip(axes[0], shown):
+    if curves:
+        ax = axes[-1]
+        for i, name in enumerate(names):
+            mine = [dict(c["entropy_curve"]) for c in curves if c["name"] == name]
+            steps = sorted(set.intersection(*(set(m) for m in mine))) if mine else []
+            if not steps:
+                continue
+            values = [[m[s] for m in mine] for s in steps]
+            ax.plot(steps, [statistics.fmean(v) for v in values], color=f"C{i}", label=name, lw=1.2)
+            ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], color=f"C{i}", alpha=0.15)
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_title("entropy (nats/token): mean, min-max over seeds")
+        ax.legend(fontsize=7)
+    for ax, col in zip(axes, shown):
         means = [rows[n][col][0] for n in names]
         errs = [0 if math.isnan(rows[n][col][1]) else rows[n][col][1] for n in names]
         ax.bar(range(len(names)), means, yerr=errs, capsize=4, color=[f"C{i}" for i in range(len(names))])
@@ -149,8 +200,10 @@ def plot(study: str, rows: dict, columns: list[str], path: Path) -> None:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--study", choices=list(STUDIES), required=True)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
+    parser.add_argument("--study", choices=[*STUDIES, "all"], required=True)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--output_dir", default="runs/ablation")
     parser.add_argument("--lab_cache_dir", default="runs/lab")
@@ -158,8 +211,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--eval_samples", type=int, default=16)
     parser.add_argument("--aggregate_only", action="store_true", help="tables and figure from the finished cells")
     args, args.recipe_overrides = parser.parse_known_args(argv)
+    unknown = [a for a in args.recipe_overrides if a in ("--output_dir", "--seed")]
+    if unknown:
+        parser.error(f"{unknown[0]} is set per cell by this script; use --output_dir/--seeds before the recipe flags")
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    studies = list(STUDIES) if args.study == "all" else [args.study]
 
     from aer_trl.lab.demo import held_out_set
     from aer_trl.lab.tasks import make_arithmetic_dataset
@@ -167,22 +224,28 @@ def main(argv=None) -> dict:
     # every lab recipe trains on the same generated problems (lab_train_size 8192, lab_data_seed 0)
     train_prompts = set(make_arithmetic_dataset(8192, seed=0)["prompt"])
     held_out = held_out_set(args.eval_per_tier, train_prompts)
-    cells = []
+    cells: dict[str, list[dict]] = {study: [] for study in studies}
     for seed in args.seeds:  # seed-major: an interrupted study has every method at the same number of seeds
-        for name, method, extra in STUDIES[args.study]:
-            path = out / args.study / name / f"seed{seed}" / "cell.json"
-            if args.aggregate_only:
-                if path.exists():
-                    cells.append(json.loads(path.read_text()))
-                continue
-            cells.append(run_cell(args.study, name, method, extra, seed, args, held_out))
-            print(f"{args.study} {name} seed {seed}: done ({cells[-1]['seconds']:.0f} s)", flush=True)
-    if not cells:
-        raise SystemExit(f"no finished cell under {out / args.study}")
-    k_high = max(int(k) for k in cells[0]["passk"]["all"])
-    rows = aggregate(args.study, cells, out, k_high)
-    print((out / f"{args.study}.md").read_text())
-    return rows
+        for study in studies:
+            for name, method, extra in STUDIES[study]:
+                path = cell_dir(method, extra, seed, args) / "cell.json"
+                if args.aggregate_only:
+                    if path.exists():
+                        cells[study].append({**json.loads(path.read_text()), "study": study, "name": name})
+                    continue
+                cells[study].append(run_cell(study, name, method, extra, seed, args, held_out))
+                print(f"{study} {name} seed {seed}: done ({cells[study][-1]['seconds']:.0f} s)", flush=True)
+    rows = {}
+    for study in studies:
+        if not cells[study]:
+            raise SystemExit(
+                f"no finished cell for study {study!r} with these settings under {out / 'cells'} "
+                "(the recipe flags, evaluation sizes and recipe files must be those the cells were run with)"
+            )
+        k_high = max(int(k) for k in cells[study][0]["passk"]["all"])
+        rows[study] = aggregate(study, cells[study], out, k_high, args.recipe_overrides)
+        print((out / f"{study}.md").read_text())
+    return rows if args.study == "all" else rows[args.study]
 
 
 if __name__ == "__main__":

@@ -41,7 +41,9 @@ def commands(config: str, param: str, values: list[float], launcher: str, extra:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--param", required=True, choices=sorted(PAPER_VALUES))
     parser.add_argument("--values", nargs="+", type=float, default=None, help="default: the paper's values")
     parser.add_argument("--config", default="recipes/lab/aer.yaml")

@@ -1,8 +1,11 @@
 """The benchmark scripts keep working (quick mode). No timing is asserted: figures are printed, not tested."""
 
+import argparse
 import json
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -36,7 +39,7 @@ def test_entropy_tracking_reads_demo_metrics(tmp_path, capsys):
 def tiny():
     from aer_trl.lab.demo import QUICK_OVERRIDES
 
-    return [*QUICK_OVERRIDES, "--max_steps", "2"]
+    return [*QUICK_OVERRIDES, "--max_steps", "4"]  # one rollout batch: its entropy is measured
 
 
 def test_lab_ablation_is_resumable_and_aggregates_with_intervals(tmp_path, monkeypatch):
@@ -50,7 +53,7 @@ def test_lab_ablation_is_resumable_and_aggregates_with_intervals(tmp_path, monke
     mean, half = rows["aer_rho0.2"]["pass@1"]
     assert 0 <= mean <= 100 and (half >= 0 or half != half)
     table = (tmp_path / "abl" / "rho.md").read_text()
-    assert "| aer_rho0.0 | 2 |" in table and "95% Student-t" in table
+    assert "| aer_rho0.0 | 2 |" in table and "95% Student-t" in table and "--max_steps 4" in table
     assert (tmp_path / "abl" / "rho.png").stat().st_size > 5000
 
     from aer_trl.lab import demo
@@ -58,8 +61,44 @@ def test_lab_ablation_is_resumable_and_aggregates_with_intervals(tmp_path, monke
     monkeypatch.setattr(demo, "run_recipe", lambda *a, **k: (_ for _ in ()).throw(AssertionError("reran a cell")))
     rerun = lab_ablation.main([*common, *tiny()])  # every cell is on disk: nothing is trained again
     assert rerun["aer_rho0.2"]["pass@1"] == rows["aer_rho0.2"]["pass@1"]
-    again = lab_ablation.main([*common, "--aggregate_only"])
+    again = lab_ablation.main([*common, *tiny(), "--aggregate_only"])
     assert again["aer_rho0.2"]["pass@1"] == rows["aer_rho0.2"]["pass@1"]
+    # one flag changed: the finished cells belong to other settings and are neither reused nor mixed in
+    with pytest.raises(SystemExit, match="no finished cell for study 'rho' with these settings"):
+        lab_ablation.main([*common, *tiny(), "--learning_rate", "1e-4", "--aggregate_only"])
+    with pytest.raises(AssertionError, match="reran a cell"):
+        lab_ablation.main([*common, *tiny(), "--learning_rate", "1e-4"])
+    with pytest.raises(SystemExit):  # the script sets these per cell
+        lab_ablation.main([*common, *tiny(), "--seed", "3"])
+
+
+def test_lab_ablation_studies_share_runs_and_sweep_values_win(tmp_path, monkeypatch):
+    import lab_ablation
+
+    from aer_trl.lab import demo
+
+    calls = []
+
+    def fake_run(recipe, overrides):
+        calls.append((recipe.stem, overrides))
+        raise KeyboardInterrupt  # stop at the first training run: only the plan is checked here
+
+    monkeypatch.setattr(demo, "run_recipe", fake_run)
+    args = argparse.Namespace(output_dir=str(tmp_path), recipe_overrides=["--aer_rho", "0.9"])
+    args.eval_per_tier, args.eval_samples, args.lab_cache_dir = 2, 4, str(tmp_path / "lab")
+    dirs = {
+        (study, name): lab_ablation.cell_dir(method, extra, 0, args)
+        for study, entries in lab_ablation.STUDIES.items()
+        for name, method, extra in entries
+    }
+    # GRPO and AER are one run each, whichever study asks; the sweeps' default points are the AER run
+    assert dirs["table1", "aer"] == dirs["table2", "aer"] == dirs["rho", "aer_rho0.2"] == dirs["tau", "aer_tau0.7"]
+    assert dirs["table1", "grpo"] == dirs["table2", "grpo"]
+    assert len(set(dirs.values())) == 6 + 3 + 4 + 4
+    with pytest.raises(KeyboardInterrupt):
+        lab_ablation.run_cell("rho", "aer_rho0.5", "aer", ["--aer_rho", "0.5"], 0, args, held_out=None)
+    overrides = calls[0][1]
+    assert overrides[overrides.index("--aer_rho", overrides.index("0.9")) + 1] == "0.5"  # the sweep's value last
 
 
 def test_t_interval():

@@ -68,7 +68,9 @@ def run_recipe(recipe: Path, overrides: list[str]):
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+    )
     parser.add_argument("--output_dir", default="runs/demo")
     parser.add_argument("--methods", nargs="+", default=["grpo", "aer"], help="methods: <recipes_dir>/<method>.yaml")
     parser.add_argument("--recipes_dir", default=str(RECIPES), help="the lab recipes (one per method)")
@@ -86,7 +88,7 @@ def main(argv=None) -> dict:
     overrides_common = ["--lab_cache_dir", args.lab_cache_dir, *recipe_overrides]
     if args.quick:
         overrides_common += QUICK_OVERRIDES
-        args.max_steps = args.max_steps or 3
+        args.max_steps = args.max_steps or 8  # two rollout batches of 4 steps: α is updated once
         args.eval_per_tier, args.eval_samples = min(args.eval_per_tier, 2), min(args.eval_samples, 4)
     if args.max_steps:
         overrides_common += ["--max_steps", str(args.max_steps)]
