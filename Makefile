@@ -49,8 +49,9 @@ bench:
 	$(BIN)/python benchmarks/step_cost.py --json runs/bench/step_cost.json
 	@if ls runs/demo/*-seed*/metrics.jsonl >/dev/null 2>&1; then $(BIN)/python benchmarks/entropy_tracking.py runs/demo; fi
 
-# The paper's ablations on the lab over seeds with 95% intervals (resumable; long: ~3 min per run on 2 cores).
-STUDY ?= table2
+# The paper's ablations on the lab over seeds with 95% intervals (resumable; ~50 s per run on 2 cores, all four
+# studies at 5 seeds ~75 min). STUDY: all, table1, table2, rho or tau.
+STUDY ?= all
 SEEDS ?= 0 1 2 3 4
 ablation:
 	$(BIN)/python benchmarks/lab_ablation.py --study $(STUDY) --seeds $(SEEDS) --output_dir runs/ablation

@@ -5,6 +5,7 @@ its median and 90th percentile, with H* the AER target (τ·H0, the same referen
 
     python -m aer_trl.lab.demo --seeds 0 1 2 --output_dir runs/demo3
     python benchmarks/entropy_tracking.py runs/demo3
+    python benchmarks/entropy_tracking.py runs/ablation/cells/grpo-* runs/ablation/cells/aer-*   # ablation runs
 """
 
 from __future__ import annotations
@@ -44,12 +45,22 @@ def tracking(records: list[dict]) -> dict:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("demo_dir", help="a demo output folder holding <method>-seed<k>/metrics.jsonl")
+    parser.add_argument(
+        "dirs",
+        nargs="+",
+        help="demo output folders (<method>-seed<k>/metrics.jsonl) or lab_ablation runs (<run>/seed<k>/metrics.jsonl)",
+    )
     args = parser.parse_args(argv)
     by_method: dict[str, list[dict]] = {}
-    for metrics in sorted(Path(args.demo_dir).glob("*-seed*/metrics.jsonl")):
-        method = metrics.parent.name.rsplit("-seed", 1)[0]
-        by_method.setdefault(method, []).append(tracking(read_metrics(metrics)))
+    for folder in map(Path, args.dirs):
+        if sorted(folder.glob("seed*/metrics.jsonl")):  # one lab_ablation run: its name is the folder's
+            found = [(folder.name, m) for m in sorted(folder.glob("seed*/metrics.jsonl"))]
+        else:
+            found = [(m.parent.name.rsplit("-seed", 1)[0], m) for m in sorted(folder.glob("*-seed*/metrics.jsonl"))]
+        if not found:
+            raise SystemExit(f"{folder}: no <method>-seed<k>/metrics.jsonl or seed<k>/metrics.jsonl in it")
+        for method, metrics in found:
+            by_method.setdefault(method, []).append(tracking(read_metrics(metrics)))
     print("| method | seeds | median abs(H-H*)/H* | p90 | share within 15% | mean H (2nd half) | H* |")
     print("|---|---|---|---|---|---|---|")
     for method, rows in by_method.items():

@@ -233,8 +233,10 @@ def main(argv=None) -> dict:
                     if path.exists():
                         cells[study].append({**json.loads(path.read_text()), "study": study, "name": name})
                     continue
+                on_disk = path.exists()
                 cells[study].append(run_cell(study, name, method, extra, seed, args, held_out))
-                print(f"{study} {name} seed {seed}: done ({cells[study][-1]['seconds']:.0f} s)", flush=True)
+                took = "on disk" if on_disk else f"{cells[study][-1]['seconds']:.0f} s"
+                print(f"{study} {name} seed {seed}: done ({took})", flush=True)
     rows = {}
     for study in studies:
         if not cells[study]:

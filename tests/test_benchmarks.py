@@ -34,6 +34,15 @@ def test_entropy_tracking_reads_demo_metrics(tmp_path, capsys):
     # second half: steps 3 and 4 -> distances 0.1 and 0.1
     assert abs(out["aer"][0]["median"] - 0.1) < 1e-9 and out["aer"][0]["within_15pct"] == 1.0
     assert "| aer | 1 |" in capsys.readouterr().out
+    # the lab_ablation layout: <run>/seed<k>/metrics.jsonl, the run named by its folder
+    cells = tmp_path / "cells" / "aer-0123abcd"
+    for seed in (0, 1):
+        (cells / f"seed{seed}").mkdir(parents=True)
+        (cells / f"seed{seed}" / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text())
+    out = entropy_tracking.main([str(cells)])
+    assert len(out["aer-0123abcd"]) == 2 and "| aer-0123abcd | 2 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no <method>-seed<k>"):
+        entropy_tracking.main([str(tmp_path / "cells")])
 
 
 def tiny():

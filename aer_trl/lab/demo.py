@@ -3,11 +3,11 @@
 Writes, under --output_dir: one folder per run (model, metrics.jsonl), `figure.png` (entropy with H*, α, reward,
 accuracy per tier, response length, held-out pass@k), `passk.md` / `results.json`, and prints the table and timings.
 
-    python -m aer_trl.lab.demo --output_dir runs/demo              # ~6-8 minutes on 2 CPU cores
-    python -m aer_trl.lab.demo --seeds 0 1 2                       # the 3-seed comparison
+    python -m aer_trl.lab.demo --output_dir runs/demo              # ~3 minutes on 2 CPU cores (warm start included)
+    python -m aer_trl.lab.demo --seeds 0 1 2                       # several seeds (intervals: lab_ablation.py)
     python -m aer_trl.lab.demo --quick                             # the whole pipeline in seconds (tests)
     python -m aer_trl.lab.demo --methods grpo clip_higher ent_adv aer --output_dir runs/methods   # any methods
-    python -m aer_trl.lab.demo --steps_per_generation 4 --per_device_train_batch_size 64   # flags for every recipe
+    python -m aer_trl.lab.demo --learning_rate 1e-4 --max_steps 600   # any other flag goes to every recipe
 """
 
 from __future__ import annotations
