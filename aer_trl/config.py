@@ -129,6 +129,14 @@ class AERConfig(GRPOConfig):
         if per_rollout % self.gradient_accumulation_steps:
             return  # a rollout batch ends mid optimizer step: TRL's own geometry, nothing to align to
         steps = per_rollout // self.gradient_accumulation_steps
+        if steps > 1 and self.max_steps > 0 and self.max_steps % steps:
+            logger.warning(
+                "max_steps=%d ends inside a rollout batch (%d optimizer steps each): the last batch's α update never "
+                "happens and a checkpoint saved at the end cannot be resumed exactly; use a multiple of %d",
+                self.max_steps,
+                steps,
+                steps,
+            )
         strategy = getattr(self.save_strategy, "value", self.save_strategy)
         if steps <= 1 or strategy != "steps" or not isinstance(self.save_steps, int) or self.save_steps < 1:
             return

@@ -99,3 +99,14 @@ def test_from_grpo_config_keeps_every_field(tmp_path):
     )
     aer = AERConfig.from_grpo_config(grpo, aer_tau=0.5)
     assert (aer.learning_rate, aer.num_generations, aer.steps_per_generation, aer.aer_tau) == (3e-6, 4, 2, 0.5)
+
+
+def test_a_budget_ending_inside_a_rollout_batch_is_warned_about(tmp_path, caplog):
+    common = dict(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8, steps_per_generation=4
+    )
+    with caplog.at_level("WARNING", logger="aer_trl.config"):
+        AERConfig(max_steps=300, **common)  # 75 whole rollout batches of 4 steps
+        assert "ends inside a rollout batch" not in caplog.text
+        AERConfig(max_steps=302, **common)
+    assert "max_steps=302 ends inside a rollout batch (4 optimizer steps each)" in caplog.text
