@@ -40,7 +40,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "lab"
 STUDIES = {
     "table1": [(m, m, []) for m in ("grpo", "clip_higher", "ent_adv", "kl_cov", "clip_cov", "aer")],
-    "table2": [(m, m, []) for m in ("grpo", "aer_fixed", "aer_c1", "aer_c2c3", "aer")],
+    # C1 twice: at the recipe's α = 0.1 (the most full AER's α may reach) and at the fixed coefficient's 0.02, so that
+    # "fixed" and "C1" differ only in the difficulty weighting
+    "table2": [(m, m, []) for m in ("grpo", "aer_fixed", "aer_c1")]
+    + [("aer_c1_alpha0.02", "aer_c1", ["--aer_alpha_init", "0.02"])]
+    + [(m, m, []) for m in ("aer_c2c3", "aer")],
     # the recipe's own value (ρ = 0.2, τ = 0.7) is the plain AER run, shared with the tables
     "rho": [(f"aer_rho{r}", "aer", [] if r == 0.2 else ["--aer_rho", str(r)]) for r in (0.0, 0.2, 0.5, 0.8, 1.0)],
     "tau": [(f"aer_tau{t}", "aer", [] if t == 0.7 else ["--aer_tau", str(t)]) for t in (0.2, 0.4, 0.7, 1.0, 1.2)],

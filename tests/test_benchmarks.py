@@ -103,7 +103,7 @@ def test_lab_ablation_studies_share_runs_and_sweep_values_win(tmp_path, monkeypa
     # GRPO and AER are one run each, whichever study asks; the sweeps' default points are the AER run
     assert dirs["table1", "aer"] == dirs["table2", "aer"] == dirs["rho", "aer_rho0.2"] == dirs["tau", "aer_tau0.7"]
     assert dirs["table1", "grpo"] == dirs["table2", "grpo"]
-    assert len(set(dirs.values())) == 6 + 3 + 4 + 4
+    assert len(set(dirs.values())) == 6 + 4 + 4 + 4
     with pytest.raises(KeyboardInterrupt):
         lab_ablation.run_cell("rho", "aer_rho0.5", "aer", ["--aer_rho", "0.5"], 0, args, held_out=None)
     overrides = calls[0][1]
