@@ -140,6 +140,7 @@ def aggregate(study: str, cells: list[dict], out: Path, k_high: int, flags: list
     names = list(dict.fromkeys(c["name"] for c in cells))
     tiers = sorted(g for g in cells[0]["passk"] if g != "all")
     columns = [("pass@1", lambda c: 100 * c["passk"]["all"]["1"])]
+    columns += [(f"pass@{k_high}", lambda c: 100 * c["passk"]["all"][str(k_high)])]
     columns += [(f"{t} pass@{k_high}", lambda c, t=t: 100 * c["passk"][t][str(k_high)]) for t in tiers]
     columns += [("final H", lambda c: c["final_entropy"]), ("|H−H*|/H*", lambda c: c["target_distance"])]
     rows = {}
@@ -172,10 +173,16 @@ def plot(study: str, rows: dict, columns: list[str], path: Path, cells: list[dic
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = [c for c in columns if c in ("pass@1", "final H", "|H−H*|/H*")] + [c for c in columns if "tier" in c][-1:]
+    shown = [c for c in columns if "tier" not in c] + [c for c in columns if "tier" in c][-1:]
     curves = [c for c in cells if c.get("entropy_curve")]
-    fig, axes = plt.subplots(1, len(shown) + bool(curves), figsize=(4.2 * (len(shown) + bool(curves)), 3.8))
-    axes = [axes] if not hasattr(axes, "__len__") else list(axes)
+    panels = len(shown) + bool(curves)
+    ncols = min(3, panels)
+    nrows = -(-panels // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.9 * nrows), squeeze=False)
+    axes = list(axes.flat)
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    axes = axes[:panels]  # the bars, then (last) the entropy curves
     names = list(rows)
     if curves:
         ax = axes[-1]
@@ -187,7 +194,6 @@ def plot(study: str, rows: dict, columns: list[str], path: Path, cells: list[dic
             values = [[m[s] for m in mine] for s in steps]
             ax.plot(steps, [statistics.fmean(v) for v in values], color=f"C{i}", label=name, lw=1.2)
             ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], color=f"C{i}", alpha=0.15)
-        ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_title("entropy (nats/token): mean, min-max over seeds")
         ax.legend(fontsize=7)
