@@ -49,6 +49,8 @@ STUDIES = {
     "rho": [(f"aer_rho{r}", "aer", [] if r == 0.2 else ["--aer_rho", str(r)]) for r in (0.0, 0.2, 0.5, 0.8, 1.0)],
     "tau": [(f"aer_tau{t}", "aer", [] if t == 0.7 else ["--aer_tau", str(t)]) for t in (0.2, 0.4, 0.7, 1.0, 1.2)],
 }
+# the row each study's paired differences are taken against
+REFERENCE = {"table1": "grpo", "table2": "grpo", "rho": "aer_rho0.2", "tau": "aer_tau0.7"}
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
@@ -148,6 +150,17 @@ def aggregate(study: str, cells: list[dict], out: Path, k_high: int, flags: list
         mine = [c for c in cells if c["name"] == name]
         rows[name] = {"seeds": sorted(c["seed"] for c in mine)}
         rows[name].update({col: interval([f(c) for c in mine]) for col, f in columns})
+    # the same seed gives every method the same first rollout batch: differences against the study's reference row,
+    # paired by seed, remove the seed-to-seed spread that the per-method intervals carry
+    reference = REFERENCE[study] if REFERENCE.get(study) in rows else names[0]
+    paired = [c for c in columns if c[0] in ("pass@1", f"pass@{k_high}")]
+    ref_cells = {c["seed"]: c for c in cells if c["name"] == reference}
+    for name in names:
+        mine = {c["seed"]: c for c in cells if c["name"] == name and c["seed"] in ref_cells}
+        for col, f in paired:
+            diffs = [f(c) - f(ref_cells[s]) for s, c in mine.items()]
+            rows[name][f"Δ{col}"] = interval(diffs) if diffs else (float("nan"), float("nan"))
+    columns = columns + [(f"Δ{col}", None) for col, _ in paired]
     head = "| method | seeds | " + " | ".join(col for col, _ in columns) + " |"
     lines = [head, "|---" * (len(columns) + 2) + "|"]
     for name, row in rows.items():
@@ -157,8 +170,9 @@ def aggregate(study: str, cells: list[dict], out: Path, k_high: int, flags: list
         lines.append(f"| {name} | {len(row['seeds'])} | " + " | ".join(cells_txt) + " |")
     table = "\n".join(lines) + (
         f"\n\nMean over seeds ± half-width of the 95% Student-t interval; pass@k in % on the held-out set, "
-        f"pass@{k_high} per difficulty tier. Recipe flags on top of `recipes/lab/<method>.yaml`: "
-        f"`{' '.join(flags) or 'none'}`.\n"
+        f"pass@{k_high} per difficulty tier; Δ: the difference to `{reference}` paired by seed, with its own 95% "
+        f"interval (an interval that excludes 0 is a difference this many seeds resolve). Recipe flags on top of "
+        f"`recipes/lab/<method>.yaml`: `{' '.join(flags) or 'none'}`.\n"
     )
     (out / f"{study}.md").write_text(table)
     (out / f"{study}.json").write_text(json.dumps({"cells": cells, "rows": rows}, indent=2))
