@@ -53,10 +53,10 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     by_method: dict[str, list[dict]] = {}
     for folder in map(Path, args.dirs):
-        if sorted(folder.glob("seed*/metrics.jsonl")):  # one lab_ablation run: its name is the folder's
-            found = [(folder.name, m) for m in sorted(folder.glob("seed*/metrics.jsonl"))]
-        else:
-            found = [(m.parent.name.rsplit("-seed", 1)[0], m) for m in sorted(folder.glob("*-seed*/metrics.jsonl"))]
+        # one lab_ablation run (named by its folder), else a demo folder (<method>-seed<k>)
+        found = [(folder.name, m) for m in sorted(folder.glob("seed*/metrics.jsonl"))] or [
+            (m.parent.name.rsplit("-seed", 1)[0], m) for m in sorted(folder.glob("*-seed*/metrics.jsonl"))
+        ]
         if not found:
             raise SystemExit(f"{folder}: no <method>-seed<k>/metrics.jsonl or seed<k>/metrics.jsonl in it")
         for method, metrics in found:
