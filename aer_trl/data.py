@@ -1,7 +1,8 @@
 """Training and evaluation data of the paper, from the Hub or from local JSON Lines / Parquet files.
 
-Every loader returns a `datasets.Dataset` with a conversational `prompt` that asks for the final answer in
-`\\boxed{}` and an `answer` column (the gold answer text). Rows whose gold answer is missing or cannot be parsed by
+Every loader returns a `datasets.Dataset` with a conversational `prompt` built by `aer_trl.prompts.format_prompt`
+(by default: the question and an instruction to put the final answer in `\\boxed{}`; a conversational question keeps
+every turn) and an `answer` column (the gold answer text). Rows whose gold answer is missing or cannot be parsed by
 math-verify are dropped and counted in a warning, never kept silently.
 """
 
@@ -13,11 +14,11 @@ from pathlib import Path
 
 from datasets import Dataset, load_dataset
 
+from .prompts import PromptFormat, format_prompt, solved_text
 from .rewards import parse_gold
 
 logger = logging.getLogger(__name__)
 
-INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 QUESTION_COLUMNS = ("problem", "question", "prompt")
 ANSWER_COLUMNS = ("answer", "solution")
 
@@ -46,14 +47,7 @@ SOURCES: dict[str, MathSource] = {
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
-def _question_text(value) -> str:
-    if isinstance(value, list):  # already a conversation: take the user turns
-        return "\n".join(m.get("content", "") for m in value if isinstance(m, dict) and m.get("role") == "user")
-    return str(value)
-
-
-def to_math_prompts(dataset: Dataset, source: str = "dataset") -> Dataset:
-    """Normalise any question/answer table into `prompt` (conversational, asks for \\boxed{}) and `answer`."""
+def _columns(dataset: Dataset, source: str) -> tuple[str, str]:
     question_col = next((c for c in QUESTION_COLUMNS if c in dataset.column_names), None)
     answer_col = next((c for c in ANSWER_COLUMNS if c in dataset.column_names), None)
     if question_col is None or answer_col is None:
@@ -61,14 +55,45 @@ def to_math_prompts(dataset: Dataset, source: str = "dataset") -> Dataset:
             f"{source}: expected a question column ({' / '.join(QUESTION_COLUMNS)}) and an answer column "
             f"({' / '.join(ANSWER_COLUMNS)}); found {dataset.column_names}"
         )
+    return question_col, answer_col
+
+
+def shot_key(question) -> str:
+    """What makes a row 'the same question' as a shot: its last user turn (or its text), stripped."""
+    if isinstance(question, list):
+        users = [m.get("content", "") for m in question if isinstance(m, dict) and m.get("role") == "user"]
+        question = users[-1] if users else ""
+    return str(question).strip()
+
+
+def solved_examples(dataset: Dataset, source: str = "dataset") -> list[tuple[str, str]]:
+    """A shot pool from any question/answer table: (question, solution ending in `The answer is \\boxed{..}.`)."""
+    question_col, answer_col = _columns(dataset, source)
+    pool = []
+    for row in dataset:
+        gold = row[answer_col]
+        if gold is not None and str(gold).strip() and parse_gold(str(gold)):
+            pool.append((shot_key(row[question_col]), solved_text(str(gold))))
+    if not pool:
+        raise ValueError(f"prompt_shots_pool: {source} has no row with a parseable answer to use as a shot")
+    return pool
+
+
+def to_math_prompts(dataset: Dataset, source: str = "dataset", prompt_format: PromptFormat | None = None) -> Dataset:
+    """Normalise any question/answer table into `prompt` (conversational, in `prompt_format`; default: the question
+    and the boxed instruction) and `answer`. Rows whose question is one of the format's shots are dropped."""
+    fmt = prompt_format or PromptFormat()
+    shots = {q for q, _ in fmt.shots}
+    question_col, answer_col = _columns(dataset, source)
 
     def convert(row):
         gold = row[answer_col]
         gold = None if gold is None else str(gold).strip()
+        question = row[question_col]
         return {
-            "prompt": [{"role": "user", "content": f"{_question_text(row[question_col]).strip()}\n\n{INSTRUCTION}"}],
+            "prompt": format_prompt(question, fmt),
             "answer": gold,
-            "_valid": bool(gold) and bool(parse_gold(gold)),
+            "_valid": bool(gold) and bool(parse_gold(gold)) and shot_key(question) not in shots,
         }
 
     keep = [c for c in dataset.column_names if c not in {"prompt", "answer", question_col, answer_col}]
@@ -84,7 +109,10 @@ def to_math_prompts(dataset: Dataset, source: str = "dataset") -> Dataset:
         )
     if dropped:
         logger.warning(
-            "%s: dropped %d of %d rows whose gold answer is missing or unparseable", source, dropped, len(converted)
+            "%s: dropped %d of %d rows whose gold answer is missing or unparseable, or that are a few-shot example",
+            source,
+            dropped,
+            len(converted),
         )
     return valid
 
@@ -100,18 +128,28 @@ def hub_dataset_id(name: str | None) -> str | None:
     return name
 
 
-def load_math_dataset(name_or_path: str, config: str | None = None, split: str | None = None) -> Dataset:
-    """A known name (see `SOURCES`), a Hub id, or a local .jsonl/.json/.parquet file, normalised for training."""
+def load_raw_table(
+    name_or_path: str, config: str | None = None, split: str | None = None, field: str = "dataset_name"
+):
+    """The question/answer table of a known name (see `SOURCES`), a Hub id or a local file, as stored, and a label
+    for messages."""
     path = Path(name_or_path)
     if path.suffix in LOCAL_FORMATS:
         if not path.exists():
-            raise FileNotFoundError(f"dataset_name: local file {path} does not exist")
+            raise FileNotFoundError(f"{field}: local file {path} does not exist")
         if path.stat().st_size == 0:
-            raise ValueError(f"dataset_name: local file {path} is empty")
-        raw = load_dataset(LOCAL_FORMATS[path.suffix], data_files=str(path), split="train")
-        return to_math_prompts(raw, source=str(path))
+            raise ValueError(f"{field}: local file {path} is empty")
+        return load_dataset(LOCAL_FORMATS[path.suffix], data_files=str(path), split="train"), str(path)
     source = SOURCES.get(name_or_path.lower(), MathSource(name_or_path))
     raw = load_dataset(source.hub_id, name=config or source.config, split=split or source.split)
     if source.filter_year is not None and "url" in raw.column_names:
         raw = raw.filter(lambda row: str(source.filter_year) in str(row["url"]))
-    return to_math_prompts(raw, source=source.hub_id)
+    return raw, source.hub_id
+
+
+def load_math_dataset(
+    name_or_path: str, config: str | None = None, split: str | None = None, prompt_format: PromptFormat | None = None
+) -> Dataset:
+    """A known name (see `SOURCES`), a Hub id, or a local .jsonl/.json/.parquet file, normalised for training."""
+    raw, label = load_raw_table(name_or_path, config, split)
+    return to_math_prompts(raw, source=label, prompt_format=prompt_format)

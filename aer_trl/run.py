@@ -1,8 +1,8 @@
 """Training entry point shared by `recipes/train.py`, the lab demo and the notebooks.
 
-`train(script_args, training_args, model_args)` loads the model (by Hub id or local path, or the lab's warm start),
-the data (the lab's arithmetic, or a data set by name/file), the reward functions by name, builds
-`AERGRPOTrainer`, trains (resuming when asked), saves, writes the model card and pushes when `push_to_hub` is set.
+`train(script_args, training_args, model_args)` reads as: parse (done by the caller), resolve the data source
+(`aer_trl.sources`: its data, prompt format, reward and default model), build `AERGRPOTrainer`, train (resuming when
+asked), save, write the model card, push when `push_to_hub` is set.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .evaluation.harness import check_model
 from .gguf import resolve_model
 from .lab.rewards import lab_accuracy_reward
 from .rewards import math_accuracy_reward
+from .sources import PromptArguments, get_source, resolve_format
 
 logger = logging.getLogger(__name__)
 
@@ -30,34 +31,40 @@ REWARD_FUNCS = {
 }
 
 
-LAB = "lab"  # dataset_name of the laptop lab
-
-
 @dataclass
-class AERScriptArguments:
+class AERScriptArguments(PromptArguments):
     """What to train on and with which rewards; the training knobs live in `AERConfig`, the model in `ModelConfig`."""
 
     dataset_name: str | None = field(
         default=None,
         metadata={
-            "help": "Training data: the name of a known data set, a Hub id, a local .jsonl/.json/.parquet file, "
-            "or 'lab' for the laptop lab's synthetic arithmetic (then model_name_or_path defaults to the lab's "
-            "warm-started toy model)."
+            "help": "Training data: a registered source ('lab': the laptop lab's arithmetic for its toy model; "
+            "'arithmetic': the same tiers as chat questions for real chat models), the name of a known math data "
+            "set, a Hub id, or a local .jsonl/.json/.parquet file. Sources with a default model fill in "
+            "model_name_or_path when it is unset."
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Data set configuration name, if any."})
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep only the first N training rows."})
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["math_accuracy"],
+    reward_funcs: list[str] | None = field(
+        default=None,
         metadata={
             "help": f"Reward functions by name ({sorted(REWARD_FUNCS)}) or import path 'module.function'. "
-            "The first defines correctness for AER unless aer_correctness_reward says otherwise."
+            "The first defines correctness for AER unless aer_correctness_reward says otherwise. Unset: the data "
+            "source's reward (math_accuracy; lab_accuracy for 'lab' and 'arithmetic')."
         },
     )
-    lab_train_size: int = field(default=4096, metadata={"help": "Lab only: number of training problems."})
-    lab_data_seed: int = field(default=0, metadata={"help": "Lab only: seed of the problem generator."})
-    lab_tiers: list[int] | None = field(default=None, metadata={"help": "Lab only: difficulty tiers to train on."})
+    lab_train_size: int = field(
+        default=4096, metadata={"help": "'lab' and 'arithmetic': number of training problems."}
+    )
+    lab_data_seed: int = field(default=0, metadata={"help": "'lab' and 'arithmetic': seed of the training problems."})
+    lab_tiers: list[int] | None = field(
+        default=None, metadata={"help": "'lab' and 'arithmetic': difficulty tiers to train on (default: all)."}
+    )
+    arithmetic_test_per_tier: int = field(
+        default=32, metadata={"help": "'arithmetic': held-out problems per tier (the 'test' split, never trained on)."}
+    )
     lab_warm_start: str = field(
         default="default",
         metadata={"help": "Lab only: warm-start preset, 'default' (0.8M parameters) or 'tiny' (for quick checks)."},
@@ -101,46 +108,11 @@ def resolve_reward_funcs(names: list[str]) -> list:
     return funcs
 
 
-def lab_model_and_data(script_args: AERScriptArguments, training_args: AERConfig):
-    """The lab's warm-started model path (built and cached on first use) and its training problems."""
-    from .lab.tasks import make_arithmetic_dataset
-    from .lab.warmstart import WARM_START_PRESETS, build_warm_start
-
-    if script_args.lab_warm_start not in WARM_START_PRESETS:
+def check_model_given(source, model_args) -> None:
+    """A run on data without a default model names its model: nothing is filled in behind the user's back."""
+    if model_args.model_name_or_path is None and source.default_model is None:
         raise ValueError(
-            f"lab_warm_start: unknown preset {script_args.lab_warm_start!r}; known: {sorted(WARM_START_PRESETS)}"
-        )
-    config = WARM_START_PRESETS[script_args.lab_warm_start]
-    with training_args.main_process_first(desc="lab warm start"):  # rank 0 builds it, the others then reuse it
-        path = build_warm_start(config, cache_dir=script_args.lab_cache_dir, disable_tqdm=training_args.disable_tqdm)
-    dataset = make_arithmetic_dataset(
-        script_args.lab_train_size, seed=script_args.lab_data_seed, tiers=script_args.lab_tiers
-    )
-    return str(path), dataset
-
-
-def load_train_dataset(script_args: AERScriptArguments):
-    from .data import load_math_dataset
-
-    dataset = load_math_dataset(
-        script_args.dataset_name, config=script_args.dataset_config, split=script_args.dataset_train_split
-    )
-    if script_args.max_train_samples is not None:
-        dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
-    return dataset
-
-
-def check_run(script_args: AERScriptArguments, model_args) -> None:
-    """A run names its data (or the lab) and, for real data, its model: nothing is filled in behind the user's back."""
-    if script_args.dataset_name is None:
-        raise ValueError(
-            "dataset_name: say what to train on: a known data set (deepscaler, dapo-math-17k, gsm8k, ...), a Hub id, "
-            f"a local .jsonl/.json/.parquet file, or '{LAB}' for the laptop lab's arithmetic"
-        )
-    if script_args.dataset_name != LAB and model_args.model_name_or_path is None:
-        raise ValueError(
-            f"model_name_or_path: training on {script_args.dataset_name!r} needs a model: a Hub id, a local folder "
-            "or a .gguf file"
+            f"model_name_or_path: training on {source.name!r} needs a model: a Hub id, a local folder or a .gguf file"
         )
     if model_args.model_name_or_path is not None:
         check_model(model_args.model_name_or_path, field="model_name_or_path")
@@ -207,18 +179,20 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
     from .trainer import AERGRPOTrainer
 
     model_args = model_args or ModelConfig()
-    reward_funcs = resolve_reward_funcs(script_args.reward_funcs)
-
-    check_run(script_args, model_args)
+    source = get_source(script_args.dataset_name)
+    check_model_given(source, model_args)
+    reward_funcs = resolve_reward_funcs(script_args.reward_funcs or list(source.reward_funcs))
     use_cpu_cores(training_args)
+    prompt_format = resolve_format(source, script_args)
+    dataset = source.load("train", script_args, prompt_format)
+    if script_args.max_train_samples is not None:
+        dataset = dataset.select(range(min(script_args.max_train_samples, len(dataset))))
     if model_args.model_name_or_path is not None:  # a .gguf file becomes a cached model folder
-        model_args.model_name_or_path = resolve_model(model_args.model_name_or_path)
-    if script_args.dataset_name == LAB:
-        lab_path, dataset = lab_model_and_data(script_args, training_args)
-        model_name = model_args.model_name_or_path or lab_path
+        model_name = resolve_model(model_args.model_name_or_path)
     else:
-        model_name = model_args.model_name_or_path
-        dataset = load_train_dataset(script_args)
+        model_name = source.default_model(script_args, training_args)
+    data_description = source.card_text(script_args.dataset_name, prompt_format)
+    logger.info("training data: %s", data_description)
 
     model_init_kwargs = dict(
         revision=model_args.model_revision,
@@ -241,6 +215,7 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
                 temperature=script_args.eval_temperature,
                 max_problems=script_args.eval_max_problems,
                 seed=training_args.seed,
+                prompt_args=script_args,
             )
         )
     trainer = AERGRPOTrainer(
@@ -250,15 +225,17 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
         train_dataset=dataset,
         peft_config=get_peft_config(model_args),
         callbacks=callbacks,
+        dataset_name=script_args.dataset_name,
+        data_description=data_description,
     )
-    trainer.aer_dataset_name = script_args.dataset_name
+    trainer.accelerator.print(f"Training data: {data_description}")
     trainer.train(
         resume_from_checkpoint=resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     )
     trainer.save_model(training_args.output_dir)
-    trainer.create_model_card(dataset_name=trainer.aer_dataset_name)
+    trainer.create_model_card()
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
     if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=trainer.aer_dataset_name)
+        trainer.push_to_hub()
         trainer.accelerator.print(f"Model pushed to the Hub: {trainer.hub_model_id}")
     return trainer

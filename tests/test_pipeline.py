@@ -110,14 +110,17 @@ def test_resume_values_are_checked(tmp_path):
 def test_a_half_specified_real_run_is_refused():
     from trl import ModelConfig
 
-    from aer_trl.run import AERScriptArguments, check_run
+    from aer_trl.run import check_model_given
+    from aer_trl.sources import get_source
 
     with pytest.raises(ValueError, match="dataset_name: say what to train on"):
-        check_run(AERScriptArguments(), ModelConfig(model_name_or_path="Qwen/Qwen3-0.6B"))
+        get_source(None)
     with pytest.raises(ValueError, match="model_name_or_path: training on 'gsm8k' needs a model"):
-        check_run(AERScriptArguments(dataset_name="gsm8k"), ModelConfig())
+        check_model_given(get_source("gsm8k"), ModelConfig())
     with pytest.raises(FileNotFoundError, match="model_name_or_path: no model folder"):
-        check_run(AERScriptArguments(dataset_name="gsm8k"), ModelConfig(model_name_or_path="runs/a/missing"))
+        check_model_given(get_source("gsm8k"), ModelConfig(model_name_or_path="runs/a/missing"))
+    check_model_given(get_source("lab"), ModelConfig())  # sources with a default model need none
+    check_model_given(get_source("arithmetic"), ModelConfig())
 
 
 def test_the_same_seed_gives_the_same_lab_run(tmp_path):

@@ -89,3 +89,74 @@ def make_sft_dataset(n: int, seed: int = 0, noise: float = 0.3, tiers: list[int]
             value = max(0, value + rng.choice([-1, 1]) * rng.randint(1, 10))
         completions.append(format_completion(value))
     return Dataset.from_dict({"prompt": base["prompt"], "completion": completions})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The same tiers as questions for real chat models (`dataset_name: arithmetic`): a held-out split, a pool of solved
+# examples for few-shot prompts, and a training split, pairwise disjoint.
+HELD_OUT_SEED, SHOT_POOL_SEED = 10_000, 20_000
+
+
+def chat_question(expression: str) -> str:
+    return f"What is {expression}?"
+
+
+def chat_solution(expression: str, answer: int | str) -> str:
+    """A solved example's answer turn: the worked line, then the final answer in `\\boxed{}`."""
+    return f"{expression} = {answer}. The answer is \\boxed{{{answer}}}."
+
+
+def _draw_per_tier(per_tier: int, seed: int, tiers: list[int], exclude: set[str]) -> list[tuple[str, int, int]]:
+    rows = []
+    for tier in tiers:
+        rng, seen, attempts = random.Random(seed + tier), set(), 0
+        while len(seen) < per_tier:
+            attempts += 1
+            if attempts > 1000 * per_tier:
+                raise ValueError(f"arithmetic: tier {tier} has fewer than {per_tier} problems left for this split")
+            expression, answer = TIERS[tier][1](rng)
+            if expression in exclude or expression in seen:
+                continue
+            seen.add(expression)
+            rows.append((expression, answer, tier))
+    return rows
+
+
+def arithmetic_splits(
+    train_size: int,
+    test_per_tier: int = 32,
+    pool_per_tier: int = 4,
+    seed: int = 0,
+    tiers: list[int] | None = None,
+) -> dict:
+    """`{"train": Dataset, "test": Dataset, "shots": [(question, solution), ...]}` with columns `question`,
+    `answer`, `difficulty`. The held-out split (distinct problems, `test_per_tier` per tier, fixed: it does not
+    depend on `seed`) and the shot pool are drawn first; training problems (`seed`, equal tier shares, repeats
+    allowed as in the lab) never come from either, so the splits are disjoint on every tier, the small ones included
+    (1-digit addition has 100 problems, 1-digit multiplication 64)."""
+    tiers = sorted(TIERS) if tiers is None else sorted(tiers)
+    unknown = [t for t in tiers if t not in TIERS]
+    if unknown:
+        raise ValueError(f"arithmetic_tiers: unknown tiers {unknown}; known tiers are {sorted(TIERS)}")
+    test = _draw_per_tier(test_per_tier, HELD_OUT_SEED, tiers, set())
+    pool = _draw_per_tier(pool_per_tier, SHOT_POOL_SEED, tiers, {e for e, _, _ in test})
+    reserved = {e for e, _, _ in test} | {e for e, _, _ in pool}
+    train = make_arithmetic_dataset(train_size, seed=seed, tiers=tiers, exclude={format_prompt(e) for e in reserved})
+
+    def table(rows):
+        return Dataset.from_dict(
+            {
+                "question": [chat_question(e) for e, _, _ in rows],
+                "answer": [str(a) for _, a, _ in rows],
+                "difficulty": [t for _, _, t in rows],
+            }
+        )
+
+    train_rows = [
+        (p.removesuffix("="), int(a), t) for p, a, t in zip(train["prompt"], train["answer"], train["difficulty"])
+    ]
+    return {
+        "train": table(train_rows),
+        "test": table(test),
+        "shots": [(chat_question(e), chat_solution(e, a)) for e, a, _ in pool],
+    }
