@@ -18,14 +18,14 @@ ASCII (Arabic-Indic and others), zero-width characters and soft hyphens removed.
 bounded (`MAX_ANSWER_CHARS`): longer ones are not credited. Checking runs in worker processes with a hard wall-clock
 limit per completion on every thread (`aer_trl.verifier`), so no model output can hang or crash the caller.
 
-Timeouts, unparseable answers and missing markers are counted (`pop_reward_stats()`); `AERGRPOTrainer` logs them as
-`rewards/math_accuracy/{timeouts,unparsed,unmarked}` and the evaluation harness writes them to `metrics.json`.
+Timeouts, unparseable answers and missing markers are counted: `judge_completions` returns the counts with the
+verdicts (the evaluation harness writes them to `metrics.json`), and in training `math_accuracy_reward` logs them
+through TRL's `log_metric` as `rewards/math_accuracy/{timeouts,unparsed,unmarked}` (shares of the completions judged).
 """
 
 from __future__ import annotations
 
 import re
-import threading
 import unicodedata
 from collections import Counter
 
@@ -36,8 +36,8 @@ __all__ = [
     "parse_gold",
     "completion_text",
     "extract_answer",
+    "judge_completions",
     "normalize_text",
-    "pop_reward_stats",
 ]
 
 ANSWER_FORMATS = ("boxed", "answer", "gsm8k")
@@ -53,16 +53,7 @@ _CHOICE = re.compile(
 _ANSWER_MARK = re.compile(r"(?im)^[ \t>*_#-]*(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$")
 _GSM8K_MARK = re.compile(r"(?m)####\s*(.+?)\s*$")
 
-_STATS: Counter = Counter()
-_STATS_LOCK = threading.Lock()
-
-
-def pop_reward_stats() -> dict[str, int]:
-    """Counts since the last call (all threads): completions judged, timeouts, unparsed answers, missing markers."""
-    with _STATS_LOCK:
-        stats = dict(_STATS)
-        _STATS.clear()
-    return stats
+STAT_KEYS = ("timeouts", "unparsed", "unmarked")
 
 
 def normalize_text(text: str) -> str:
@@ -162,6 +153,7 @@ def math_accuracy_reward(
     prompts=None,
     answer_format=None,
     credit_unmarked: bool = False,
+    log_metric=None,
     **kwargs,
 ) -> list[float | None]:
     """TRL reward function: 1.0 when math-verify finds the completion's final answer equal to the gold one.
@@ -171,8 +163,20 @@ def math_accuracy_reward(
     is the one the prompt asks for (see the module docstring): by default the last complete `\\boxed{}`; the text
     before parsing is at most that answer (≤ `MAX_ANSWER_CHARS`), or with `credit_unmarked=True` the last
     `UNMARKED_TAIL_CHARS` characters of a completion without the marker. Never raises on model output and never takes
-    more than the verifier's hard limit (5 s) per completion, on any thread.
+    more than the verifier's hard limit (5 s) per completion, on any thread. With TRL's `log_metric` (training), the
+    shares of timeouts, unparsed answers and missing markers are logged as `rewards/math_accuracy/<count>`.
     """
+    rewards, counts = judge_completions(completions, answer, solution, prompts, answer_format, credit_unmarked)
+    if log_metric is not None and counts["judged"]:
+        for key in STAT_KEYS:
+            log_metric(f"rewards/math_accuracy/{key}", counts.get(key, 0) / counts["judged"])
+    return rewards
+
+
+def judge_completions(
+    completions, answer=None, solution=None, prompts=None, answer_format=None, credit_unmarked: bool = False
+) -> tuple[list[float | None], Counter]:
+    """`math_accuracy_reward`'s verdicts and its counts: judged, no_gold, timeouts, unparsed, unmarked."""
     golds = answer if answer is not None else solution
     if golds is None:
         raise ValueError("math_accuracy_reward needs an `answer` or `solution` column in the dataset")
@@ -212,6 +216,4 @@ def math_accuracy_reward(
         rewards[i] = verdict
         if status != "ok":
             counts["timeouts" if status == "timeout" else "unparsed"] += 1
-    with _STATS_LOCK:
-        _STATS.update(counts)
-    return rewards
+    return rewards, counts

@@ -9,19 +9,9 @@ Interrupted runs resume from `<output_dir>/generations.jsonl`; `--rescore true` 
 import os
 import sys
 
-from trl import TrlParser
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from aer_trl.evaluation import EvalArguments, evaluate  # noqa: E402
-
-
-def main(argv=None):
-    (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=argv)
-    metrics = evaluate(args)
-    print(open(os.path.join(args.output_dir, "table.md")).read())
-    return metrics
-
+from aer_trl.evaluation.__main__ import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

@@ -33,20 +33,23 @@ def make_args(out, model, bench, **kw):
 
 
 class Fake:
-    """A generator factory whose samples are a pure function of (problem seed, sample index, settings), with boxed
-    answers that are sometimes right; counts what it generates and can fail after some calls."""
+    """A generator factory whose samples are a pure function of (chunk seed, position in the chunk, sample index,
+    settings), with boxed answers that are sometimes right; counts what it generates and can fail after some calls."""
 
     def __init__(self, fail_after=None):
         self.problems, self.calls, self.fail_after = 0, 0, fail_after
 
     def __call__(self, model_name, args):
-        def run(texts, seeds):
+        def run(texts, seed):
             if self.fail_after is not None and self.calls >= self.fail_after:
                 raise KeyboardInterrupt("simulated interruption")
             self.calls += 1
             self.problems += len(texts)
-            salt = round(args.temperature * 100) + args.max_new_tokens + round(args.top_p * 10)
-            return [[f"so \\boxed{{{(s + j + salt) % 3}}}" for j in range(args.num_samples)] for s in seeds]
+            salt = round(args.temperature * 100) + args.max_new_tokens + round(args.top_p * 10) + args.top_k
+            return [
+                [f"so \\boxed{{{(seed + 7 * i + j + salt) % 3}}}" for j in range(args.num_samples)]
+                for i in range(len(texts))
+            ]
 
         return run
 
@@ -60,12 +63,12 @@ class Real:
     def __call__(self, model_name, args):
         gen = TransformersGenerator.from_pretrained(model_name, args)
 
-        def run(texts, seeds):
+        def run(texts, seed):
             if self.fail_after is not None and self.calls >= self.fail_after:
                 raise KeyboardInterrupt("simulated interruption")
             self.calls += 1
             self.problems += len(texts)
-            return gen(texts, seeds)
+            return gen(texts, seed)
 
         return run
 
@@ -94,13 +97,13 @@ def test_end_to_end_table_json_plot(tmp_path, model_and_bench):
 def test_real_model_interrupted_then_resumed_equals_uninterrupted(tmp_path, model_and_bench):
     model, bench = model_and_bench
     reference = evaluate(make_args(tmp_path / "ref", model, bench), generator_factory=Real())
-    first = Real(fail_after=4)
+    first = Real(fail_after=2)
     with pytest.raises(KeyboardInterrupt):
         evaluate(make_args(tmp_path / "resumed", model, bench), generator_factory=first)
-    assert first.problems == 4  # one problem per call with transformers
+    assert first.problems == 6  # two chunks of 3 problems, one generate call each
     second = Real()
     assert evaluate(make_args(tmp_path / "resumed", model, bench), generator_factory=second) == reference
-    assert second.problems == 6
+    assert second.problems == 4  # the chunks [6, 7, 8] and [9]
     assert sorted(lines(tmp_path / "resumed")) == sorted(lines(tmp_path / "ref"))
 
     third = Real()
@@ -135,7 +138,8 @@ def test_garbage_line_in_the_middle_is_dropped_once(tmp_path, model_and_bench, c
     again = Fake()
     with caplog.at_level(logging.WARNING):
         assert evaluate(make_args(out, model, bench), generator_factory=again) == reference
-    assert again.problems == 1 and "line 4, 7" in caplog.text
+    assert again.problems == 3 and "line 4, 7" in caplog.text  # problem 3's chunk [3, 4, 5] again
+    assert sorted(lines(out)) == sorted(lines(tmp_path / "ref"))  # only the missing record is written back
     later = Fake()
     assert evaluate(make_args(out, model, bench), generator_factory=later) == reference and later.problems == 0
 
@@ -148,6 +152,8 @@ def test_garbage_line_in_the_middle_is_dropped_once(tmp_path, model_and_bench, c
         {"max_new_tokens": 3},
         {"seed": 8},
         {"num_samples": 16, "k_list": [1, 16]},
+        {"top_k": 5},
+        {"batch_size": 4},  # the chunk size decides which problems share a seed: part of the fingerprint
         {"model_revision": "v2"},
     ],
 )
@@ -174,12 +180,12 @@ def test_changed_weights_and_changed_benchmark_rows_are_detected(tmp_path, model
     evaluate(make_args(out, model, bench), generator_factory=again)
     assert again.problems == 10
     rows = [json.loads(x) for x in open(bench)]
-    rows[2]["answer"] = "7"  # one gold answer edited: only that problem is generated again
+    rows[2]["answer"] = "7"  # one gold answer edited: only that problem's chunk [0, 1, 2] is generated again
     with open(bench, "w") as f:
         f.write("".join(json.dumps(r) + "\n" for r in rows))
     edited = Fake()
     evaluate(make_args(out, model, bench), generator_factory=edited)
-    assert edited.problems == 1
+    assert edited.problems == 3
 
 
 def test_max_problems_changes_give_the_new_numbers(tmp_path, model_and_bench):
@@ -188,7 +194,8 @@ def test_max_problems_changes_give_the_new_numbers(tmp_path, model_and_bench):
     evaluate(make_args(out, model, bench, max_problems=6), generator_factory=Fake())
     smaller = Fake()
     small = evaluate(make_args(out, model, bench, max_problems=4), generator_factory=smaller)
-    assert smaller.problems == 0 and small[model][bench]["num_problems"] == 4
+    # chunks of 3: [0, 1, 2] is reused, problem 3 now sits in a chunk of its own (another seed): generated again
+    assert smaller.problems == 1 and small[model][bench]["num_problems"] == 4
     assert small == evaluate(make_args(tmp_path / "fresh4", model, bench, max_problems=4), generator_factory=Fake())
     larger = Fake()
     full = evaluate(make_args(out, model, bench), generator_factory=larger)
@@ -239,7 +246,7 @@ def test_full_disk_keeps_the_file_whole_and_resumes(tmp_path, model_and_bench, m
     with pytest.raises(OSError, match="disk is full"):
         evaluate(make_args(out, model, bench, batch_size=3), generator_factory=Fake())
     monkeypatch.setattr(store.os, "fsync", real_fsync)
-    assert len(lines(out)) == 2 and all(json.loads(x) for x in lines(out))  # cut back to whole records
+    assert len(lines(out)) == 6 and all(json.loads(x) for x in lines(out))  # cut back to whole chunks' records
     assert evaluate(make_args(out, model, bench), generator_factory=Fake()) == reference
 
 
@@ -250,7 +257,8 @@ def test_incomplete_set_is_refused(tmp_path, model_and_bench):
     args = make_args(tmp_path / "eval", model, bench, max_problems=4)
     evaluate(args, generator_factory=Fake())
     more = make_args(tmp_path / "eval", model, bench)
-    with pytest.raises(RuntimeError, match="6 of 10 problems have no stored samples"):
+    # problem 3 was sampled in the chunk [3] of the 4-problem run, not in [3, 4, 5]: 7 of 10 are missing
+    with pytest.raises(RuntimeError, match="7 of 10 problems have no stored samples"):
         score(more, make_plans(more, "transformers"))
 
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from aer_trl.rewards import extract_answer, math_accuracy_reward, pop_reward_stats
+from aer_trl.rewards import extract_answer, judge_completions, math_accuracy_reward
 from aer_trl.verifier import VerifierPool
 
 CASES = [
@@ -98,9 +98,23 @@ def test_answer_line_and_gsm8k_formats_follow_the_prompt():
 def test_credit_unmarked_is_an_explicit_option():
     assert math_accuracy_reward(["so it is 18"], answer=["18"]) == [0.0]
     assert math_accuracy_reward(["so it is 18"], answer=["18"], credit_unmarked=True) == [1.0]
-    pop_reward_stats()
-    math_accuracy_reward(["so it is 18", "\\boxed{18}"], answer=["18", "18"])
-    assert pop_reward_stats() == {"judged": 2, "unmarked": 1}
+    verdicts, counts = judge_completions(["so it is 18", "\\boxed{18}"], answer=["18", "18"])
+    assert verdicts == [0.0, 1.0] and dict(counts) == {"judged": 2, "unmarked": 1}
+
+
+def test_reward_statistics_go_through_trls_log_metric():
+    logged = {}
+    rewards = math_accuracy_reward(
+        ["so it is 18", "\\boxed{18}", "\\boxed{", "\\boxed{19}"],
+        answer=["18"] * 4,
+        log_metric=lambda name, value: logged.__setitem__(name, value),
+    )
+    assert rewards == [0.0, 1.0, 0.0, 0.0]
+    assert logged == {
+        "rewards/math_accuracy/timeouts": 0.0,
+        "rewards/math_accuracy/unparsed": 0.0,
+        "rewards/math_accuracy/unmarked": 0.5,  # no box, and a box cut off before its closing brace
+    }
 
 
 def test_extract_answer_bounds_and_formats():
@@ -118,7 +132,9 @@ ADVERSARIAL = {
     "100k boxes": ("\\boxed{1}" * 100_000, "1"),
     "1 MB of digits": ("9" * 1_000_000 + " \\boxed{3}", "3"),
 }
-LIMIT = 6.0 + 4.0  # the documented ~6 s per completion, with slack for a loaded CI machine
+# a hang guard, not a speed target: a stuck check would never return; the hard limit (5 s per completion) ends
+# it well before this even on a machine running the suite with many workers (the times are in README, "Reward")
+LIMIT = 60.0
 
 
 def _timed(completions, golds):
@@ -153,12 +169,11 @@ def test_adversarial_outputs_return_in_time_on_a_worker_thread():
 def test_hard_limit_kills_a_stuck_check_and_counts_it():
     pool = VerifierPool(workers=2, timeout=1.0)
     try:
-        start = time.monotonic()
+        # the kill and the count (how long it takes under load is a measurement, not a test: README "Reward")
         out = pool.check(
             [{"text": "\\boxed{9^{9^{9^{9}}}}", "gold": "1"}, {"text": "\\boxed{7}", "gold": "7"}],
         )
-        elapsed = time.monotonic() - start
-        assert out[0] == (0.0, "timeout") and out[1] == (1.0, "ok") and elapsed < 1.0 + 4.0
+        assert out[0] == (0.0, "timeout") and out[1] == (1.0, "ok")
         assert pool.check([{"text": "\\boxed{2}", "gold": "2"}]) == [(1.0, "ok")]  # a fresh worker took over
     finally:
         pool.close()

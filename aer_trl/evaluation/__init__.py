@@ -1,11 +1,11 @@
-"""Evaluation: the pass@k estimator (`passk`), sampling (`sampling`), the fingerprinted generations store (`store`),
-the resumable harness behind `recipes/evaluate.py` (`harness`) and checkpoint selection during training
-(`callback`)."""
+"""Evaluation: the pass@k estimator and the one scoring path (`passk`), sampling (`sampling`), the resumable harness
+behind `recipes/evaluate.py` (`harness`, which names the file for each of its jobs) and checkpoint selection during
+training (`callback`)."""
 
 from .callback import PassAtKCallback
 from .harness import EvalArguments, evaluate
-from .passk import k50, mean_pass_at_k, pass_at_k
-from .sampling import isolated_rng, sample_completions
+from .passk import k50, mean_pass_at_k, pass_at_k, passk_summary
+from .sampling import isolated_rng, sample_chunk, sample_completions
 
 __all__ = [
     "EvalArguments",
@@ -15,5 +15,7 @@ __all__ = [
     "k50",
     "mean_pass_at_k",
     "pass_at_k",
+    "passk_summary",
+    "sample_chunk",
     "sample_completions",
 ]

@@ -4,15 +4,18 @@ checkpoint with the best pass@1)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from .harness import EvalArguments, TransformersGenerator, judge, load_problems
-from .passk import mean_pass_at_k
+from ..io import atomic_write
+from .args import EvalArguments
+from .backends import TransformersGenerator
+from .passk import passk_summary
+from .plan import load_problems, make_chunks
+from .scoring import judge
 
 
 def _dist():
@@ -29,10 +32,13 @@ class PassAtKCallback(TrainerCallback, ExportableState):
       `<output_dir>/best_checkpoint.json` is written once that checkpoint is on disk, so it always points to a folder
       that exists. Metrics are logged as `eval_passk/<benchmark>/pass@k`.
     - Sampling runs inside a forked RNG (CPU and every CUDA device): the training RNG is exactly as it was.
-    - With several processes (DDP or DeepSpeed), each samples a share of the problems (problem i on rank
-      i % world size; each problem has its own seed, so the result does not depend on the split), every rank making
-      the same number of generate calls (ZeRO-3 runs them in step through transformers' `synced_gpus`); the counts
-      are gathered, and every rank computes the same pass@k and agrees on the best checkpoint.
+    - Sampling is the harness's: problems in chunks of `batch_size`, one seeded `generate` call per chunk with the
+      prompts prefilled once, prompts built in the run's prompt format (`prompt_args`: the training run's
+      `prompt_*` settings), so validation sees the format training sees.
+    - With several processes (DDP or DeepSpeed), each samples a share of the chunks (chunk i on rank i % world size;
+      a chunk's samples do not depend on where it runs), every rank making the same number of generate calls
+      (ZeRO-3 runs them in step through transformers' `synced_gpus`); the counts are gathered, and every rank
+      computes the same pass@k and agrees on the best checkpoint.
     """
 
     def __init__(
@@ -46,6 +52,7 @@ class PassAtKCallback(TrainerCallback, ExportableState):
         max_problems: int | None = None,
         batch_size: int = 8,
         seed: int = 0,
+        prompt_args=None,
     ):
         if eval_steps < 1:
             raise ValueError(f"eval_steps must be >= 1, got {eval_steps}")
@@ -59,7 +66,20 @@ class PassAtKCallback(TrainerCallback, ExportableState):
             batch_size=batch_size,
             seed=seed,
         )
-        self.eval_args = EvalArguments(models=["<training>"], benchmarks=[benchmark], **sampling)
+        prompt = {}
+        if prompt_args is not None:
+            prompt = {
+                k: getattr(prompt_args, k)
+                for k in (
+                    "prompt_system",
+                    "prompt_instruction",
+                    "prompt_num_shots",
+                    "prompt_shots_pool",
+                    "prompt_shots_seed",
+                )
+                if hasattr(prompt_args, k)
+            }
+        self.eval_args = EvalArguments(models=["<training>"], benchmarks=[benchmark], **sampling, **prompt)
         self._init = dict(benchmark=benchmark, eval_steps=eval_steps, **sampling)  # what `state()` saves
         self.best_pass_at_1: float | None = None
         self.best_step: int | None = None
@@ -88,22 +108,24 @@ class PassAtKCallback(TrainerCallback, ExportableState):
             self._problems = load_problems(self.benchmark, self.eval_args, tokenizer)
         rank, world = _dist()
         generator = TransformersGenerator(model, tokenizer, self.eval_args)
+        chunks = make_chunks(self._problems, self.eval_args.batch_size, self.eval_args.seed)
         counts = {}
         # every rank makes the same number of generate calls (ZeRO-3's sharded forward needs them in step:
-        # transformers' synced_gpus); a rank without a problem left samples the first one again and drops it
-        for start in range(0, len(self._problems), world):
+        # transformers' synced_gpus); a rank without a chunk left samples the first one again and drops it
+        for start in range(0, len(chunks), world):
             index = start + rank
-            problem = self._problems[index] if index < len(self._problems) else self._problems[0]
-            (completions,) = generator([problem.text], [problem.seed])
-            if index < len(self._problems):
-                correct, _ = judge(completions, problem.answer)
-                counts[problem.index] = (len(correct), sum(correct))
+            chunk = chunks[index] if index < len(chunks) else chunks[0]
+            samples = generator([p.text for p in chunk.problems], chunk.seed)
+            if index < len(chunks):
+                for problem, completions in zip(chunk.problems, samples):
+                    correct, _ = judge(completions, problem.answer)
+                    counts[problem.index] = (len(correct), sum(correct))
         if world > 1:
             gathered = [None] * world
             torch.distributed.all_gather_object(gathered, counts)
             counts = {i: c for part in gathered for i, c in part.items()}
-        ordered = [counts[p.index] for p in self._problems]
-        return {f"pass@{k}": mean_pass_at_k(ordered, k) for k in self.eval_args.k_list}
+        summary = passk_summary([counts[p.index] for p in self._problems], self.eval_args.k_list)
+        return {f"pass@{k}": summary[f"pass@{k}"] for k in summary["k_list"]}
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         if state.global_step % self.eval_steps != 0:
@@ -126,7 +148,4 @@ class PassAtKCallback(TrainerCallback, ExportableState):
         if not folder.is_dir():
             return  # not saved yet (or saved under another run dir): keep the last valid pointer
         best = {"step": self.best_step, "pass@1": self.best_pass_at_1, "checkpoint": str(folder)}
-        path = Path(args.output_dir) / "best_checkpoint.json"
-        tmp = path.with_name(f".best_checkpoint.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(best, indent=2))
-        os.replace(tmp, path)
+        atomic_write(Path(args.output_dir) / "best_checkpoint.json", json.dumps(best, indent=2))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-__all__ = ["pass_at_k", "mean_pass_at_k", "k50"]
+__all__ = ["pass_at_k", "mean_pass_at_k", "k50", "passk_summary"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -39,3 +39,21 @@ def k50(counts: Sequence[tuple[int, int]], max_k: int | None = None) -> int | No
         if mean_pass_at_k(counts, k) >= 0.5:
             return k
     return None
+
+
+def passk_summary(counts: Sequence[tuple[int, int]], k_list: Iterable[int]) -> dict:
+    """The numbers every report gives from verdict counts (n samples, c correct) per problem: pass@k for each k of
+    `k_list` up to the smallest n, mean@n, k50, the number of problems and of samples. The one scoring path of the
+    harness, `PassAtKCallback` and the lab report."""
+    counts = list(counts)
+    if not counts:
+        raise ValueError("no problems to score")
+    n_min = min(n for n, _ in counts)
+    ks = [k for k in k_list if k <= n_min]
+    entry = {f"pass@{k}": mean_pass_at_k(counts, k) for k in ks}
+    entry["mean@n"] = sum(c / n for n, c in counts) / len(counts)
+    entry["k50"] = k50(counts)
+    entry["num_problems"] = len(counts)
+    entry["num_samples"] = n_min
+    entry["k_list"] = ks
+    return entry

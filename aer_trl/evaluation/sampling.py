@@ -1,5 +1,10 @@
 """Sampling completions with `transformers` (the CPU backend of the harness, the lab's held-out evaluation, and
-`PassAtKCallback` during training), inside a forked RNG so the caller's random state, CUDA included, is untouched."""
+`PassAtKCallback` during training), inside a forked RNG so the caller's random state, CUDA included, is untouched.
+
+`sample_chunk` is the harness's unit of work: one `generate` call for a chunk of prompts × n samples, seeded once.
+Each prompt's prefill is computed once and its KV cache repeated n times (instead of prefilling the same prompt n
+times, which is what `num_return_sequences` does), so the cost is about that of decoding the samples.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["sample_completions", "isolated_rng"]
+__all__ = ["isolated_rng", "sample_chunk", "sample_completions"]
 
 
 @contextlib.contextmanager
@@ -20,6 +25,83 @@ def isolated_rng(seed: int | None = None, device: torch.device | None = None):
         if seed is not None:
             torch.manual_seed(seed)  # seeds CPU and every CUDA device; all restored on exit
         yield
+
+
+def _left_padded(tokenizer, texts, device):
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    try:
+        return tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    finally:
+        tokenizer.padding_side = side
+
+
+@torch.no_grad()
+def sample_chunk(
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    n: int,
+    seed: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    max_new_tokens: int = 32,
+) -> list[list[str]]:
+    """`n` samples for each of `texts` from one `generate` call seeded with `seed` (inside a forked RNG).
+
+    Contract: the result is a function of (model, texts in order, n, seed, sampling settings) alone. The prompts are
+    prefilled once (all but their last token), the cache is repeated n times, and `generate` samples the n·len(texts)
+    rows from there; `top_k=0` samples from the full distribution (as TRL's training does). Models whose cache cannot
+    be repeated fall back to `num_return_sequences` (same contract, prefill repeated)."""
+    from transformers import DynamicCache
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    enc = _left_padded(tokenizer, texts, device)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    sampling = dict(
+        do_sample=True,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    try:
+        with isolated_rng(seed):
+            out = None
+            if ids.shape[1] > 1:
+                try:
+                    cache = DynamicCache(config=model.config)
+                    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+                    model(
+                        input_ids=ids[:, :-1],
+                        attention_mask=mask[:, :-1],
+                        position_ids=positions[:, :-1],
+                        past_key_values=cache,
+                        use_cache=True,
+                    )
+                    cache.batch_repeat_interleave(n)
+                except (TypeError, ValueError, NotImplementedError, AttributeError):
+                    cache = None
+                if cache is not None:
+                    out = model.generate(
+                        input_ids=ids.repeat_interleave(n, 0),
+                        attention_mask=mask.repeat_interleave(n, 0),
+                        past_key_values=cache,
+                        **sampling,
+                    )
+            if out is None:
+                out = model.generate(**enc, num_return_sequences=n, **sampling)
+    finally:
+        if was_training:
+            model.train()
+    texts_out = tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
+    return [texts_out[i * n : (i + 1) * n] for i in range(len(texts))]
 
 
 @torch.no_grad()

@@ -4,8 +4,9 @@ Every record says what produced it:
 - `fp`: the run fingerprint, a hash of the model's identity (a hash of a local folder's weights and config files, or
   the Hub id, revision and cached commit), the backend, device type and dtype, and every sampling argument
   (num_samples, temperature, top_p, max_new_tokens, seed). `fingerprint` (the dict hashed) is written to metrics.json.
-- `problem`: a hash of the exact prompt text the model saw (chat template applied) and of the gold answer, so a
-  record is reused only for the same problem, wherever it sits in the benchmark and whatever `max_problems` is.
+- `problem`: a hash of the exact prompt text the model saw (chat template applied) and of the gold answer, and
+  `chunk`: a hash of the problems generated with it in one call (plan.py's determinism contract), so a record is
+  reused only for the same problem sampled in the same chunk.
 
 Robustness: a torn last line (a kill, a full disk) or a malformed line anywhere is reported with its line number and
 dropped, and the file is rewritten with its complete records only (temporary file + atomic rename) before anything is
@@ -21,6 +22,8 @@ import json
 import logging
 import os
 from pathlib import Path
+
+from ..io import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -134,12 +137,7 @@ def read_records(path: Path, repair: bool = True) -> list[dict]:
             "the file is rewritten with its complete records" if repair else "left as it is",
         )
         if repair:
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as f:
-                f.write(b"".join(line + b"\n" for line in good))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            atomic_write(path, b"".join(line + b"\n" for line in good), fsync=True)
     return records
 
 
@@ -167,13 +165,14 @@ def append_records(path: Path, records: list[dict]) -> None:
             ) from e
 
 
-def load_store(out: Path, repair: Path | None | bool = True) -> dict[tuple[str, str], dict]:
-    """(fingerprint, problem hash) -> record, over every generations*.jsonl in `out` (worker shards included).
+def load_store(out: Path, repair: Path | None | bool = True) -> dict[tuple[str, str, str], dict]:
+    """(fingerprint, problem hash, chunk key) -> record, over every generations*.jsonl in `out` (worker shards
+    included).
 
     `repair`: True repairs every file; a path repairs only that one (a data-parallel worker repairs its own shard
     and never rewrites a file another worker may be appending to)."""
-    done: dict[tuple[str, str], dict] = {}
+    done: dict[tuple[str, str, str], dict] = {}
     for path in sorted(out.glob("generations*.jsonl")):
         for record in read_records(path, repair=repair is True or path == repair):
-            done.setdefault((record["fp"], record["problem"]), record)
+            done.setdefault((record["fp"], record["problem"], record.get("chunk", "")), record)
     return done

@@ -1,0 +1,23 @@
+"""`python -m aer_trl.evaluation --models ... --benchmarks ...`: the evaluation harness from the command line (any
+`EvalArguments` key as a flag, or a YAML file with `--config`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def main(argv=None) -> dict:
+    from trl import TrlParser
+
+    from .args import EvalArguments
+    from .harness import evaluate
+
+    (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=argv)
+    metrics = evaluate(args)
+    print((Path(args.output_dir) / "table.md").read_text())
+    return metrics
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,102 @@
+"""Reports of an evaluation folder: `metrics.json` (merged over runs), `table.md` (the paper's Table 1 layout) and
+`passk.png`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from ..io import atomic_write
+from .args import EvalArguments
+
+logger = logging.getLogger(__name__)
+
+
+def write_reports(args: EvalArguments, metrics: dict) -> dict:
+    """Merge this run's entries into `metrics.json` (other models and benchmarks stay), then table and plot."""
+    out = Path(args.output_dir)
+    merged: dict = {}
+    path = out / "metrics.json"
+    if path.exists():
+        try:
+            merged = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            logger.warning("%s is not valid JSON; it is rewritten from this run's results", path)
+    for model, per_bench in metrics.items():
+        merged.setdefault(model, {}).update(per_bench)
+    atomic_write(path, json.dumps(merged, indent=2))
+    atomic_write(out / "table.md", markdown_table(merged, args) + "\n")
+    plot_pass_at_k(merged, out / "passk.png")
+    return merged
+
+
+def _stem(bench: str) -> str:
+    return Path(bench).stem
+
+
+def markdown_table(metrics: dict, args: EvalArguments) -> str:
+    """Rows: models; for each benchmark and their average, pass@1 and pass@report_k in % (the paper's Table 1),
+    then what each cell was computed from (n, problems)."""
+    k = args.report_k or max(args.k_list)
+    benches = list(dict.fromkeys(b for per_bench in metrics.values() for b in per_bench))
+    head = "| Method | " + " | ".join(f"{_stem(b)} pass@1 | {_stem(b)} pass@{k}" for b in benches)
+    lines = [head + f" | Avg. pass@1 | Avg. pass@{k} |", "|---" * (2 * len(benches) + 3) + "|"]
+    notes = []
+    for model_name, per_bench in metrics.items():
+        cells, p1, pk = [], [], []
+        for b in benches:
+            m = per_bench.get(b)
+            if m is None:
+                cells += ["–", "–"]
+                continue
+            p1.append(m["pass@1"])
+            cells.append(f"{100 * p1[-1]:.1f}")
+            if f"pass@{k}" in m:
+                pk.append(m[f"pass@{k}"])
+                cells.append(f"{100 * pk[-1]:.1f}")
+            else:
+                cells.append("–")
+            fp = m["fingerprint"]
+            notes.append(
+                f"| {Path(model_name).name} | {_stem(b)} | {m['num_problems']} | {m.get('num_samples', '?')} | "
+                f"{fp['temperature']} | {fp['max_new_tokens']} | {fp['id']} |"
+            )
+        avg = [f"{100 * sum(x) / len(x):.1f}" if len(x) == len(benches) else "–" for x in (p1, pk)]
+        lines.append(f"| {Path(model_name).name} | " + " | ".join(cells + avg) + " |")
+    lines += [
+        "",
+        f"pass@k in %, unbiased estimator over n samples per problem; averages only over rows with every benchmark "
+        f"(k = {k}).",
+        "",
+        "| Method | benchmark | problems | n | temperature | max new tokens | fingerprint |",
+        "|---|---|---|---|---|---|---|",
+        *notes,
+    ]
+    return "\n".join(lines)
+
+
+def plot_pass_at_k(metrics: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    benches = list(dict.fromkeys(b for per_bench in metrics.values() for b in per_bench))
+    fig, axes = plt.subplots(1, max(1, len(benches)), figsize=(4.5 * max(1, len(benches)), 3.8), squeeze=False)
+    for ax, bench in zip(axes[0], benches):
+        for model_name, per_bench in metrics.items():
+            m = per_bench.get(bench)
+            if m:
+                ks = m.get("k_list") or sorted(int(key[5:]) for key in m if key.startswith("pass@"))
+                label = f"{Path(model_name).name} (n={m.get('num_samples', '?')}, {m['num_problems']} problems)"
+                ax.plot(ks, [100 * m[f"pass@{k}"] for k in ks], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_title(_stem(bench))
+        ax.set_xlabel("k")
+        ax.set_ylabel("pass@k (%)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
