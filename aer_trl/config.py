@@ -59,6 +59,15 @@ class AERConfig(GRPOConfig):
     clip_cov_ub: float = field(default=5.0, metadata={"help": "Clip-Cov: upper covariance bound of candidates."})
     kl_cov_ratio: float = field(default=2e-3, metadata={"help": "KL-Cov: share r of top-covariance tokens penalised."})
     kl_cov_coef: float = field(default=1.0, metadata={"help": "KL-Cov: coefficient κ of |logπ − logπ_old|."})
+    share_prompt_forward: bool = field(
+        default=False,
+        metadata={
+            "help": "Run each distinct prompt's forward once per micro-batch and share its KV cache with the "
+            "completions of its group (the same loss up to float rounding; the prompt's cost divided by the group "
+            "size: ~3x faster steps on CPU with few-shot prompts). Off: TRL's forward, bit for bit. Falls back to "
+            "TRL's forward with gradient checkpointing, DDP, multimodal or MoE inputs."
+        },
+    )
     aer_rho: float = field(
         default=0.2,
         metadata={

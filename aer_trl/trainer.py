@@ -26,7 +26,6 @@ from .config import METHODS, AERConfig
 from .controller import BUCKETS, difficulty_buckets, difficulty_coefficients, group_accuracy, hard_mask
 from .methods import clip_cov_mask, ent_adv_advantages, kl_cov_advantages
 from .metrics import MetricsFileCallback
-from .rewards import pop_reward_stats
 
 
 def resolve_correctness_index(spec: int | str | None, reward_func_names: list[str]) -> int:
@@ -80,7 +79,19 @@ class AERGRPOTrainer(GRPOTrainer):
     _tag_names = ["trl", "grpo", "aer", "aer_trl"]
     _name = "AER-GRPO"
 
-    def __init__(self, model, reward_funcs=None, args: AERConfig | None = None, *pos_args, callbacks=None, **kwargs):
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: AERConfig | None = None,
+        *pos_args,
+        callbacks=None,
+        dataset_name: str | None = None,
+        data_description: str | None = None,
+        **kwargs,
+    ):
+        """`dataset_name` / `data_description` (optional): what the model card says the model was trained on (a Hub
+        data set id is linked; the description adds the prompt format)."""
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = AERConfig(f"{model_name.split('/')[-1]}-AER")
@@ -96,6 +107,7 @@ class AERGRPOTrainer(GRPOTrainer):
         if not any(isinstance(cb, MetricsFileCallback) for cb in callbacks):
             callbacks.append(MetricsFileCallback())  # <output_dir>/metrics.jsonl, whatever report_to says
         super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
+        self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
         self._aer_correctness_index = resolve_correctness_index(args.aer_correctness_reward, self.reward_func_names)
         self._aer_gathered_rewards: torch.Tensor | None = None
         self._aer_capture_entropy = False
@@ -130,14 +142,8 @@ class AERGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------------------------------------ rollout
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        pop_reward_stats()  # counts from outside this call (an evaluation, another trainer) are not this step's
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._aer_gathered_rewards = rewards_per_func  # (N_global, n_funcs), gathered over processes, NaN=None
-        stats = pop_reward_stats()
-        if stats.get("judged"):
-            mode = "train" if self.model.training else "eval"
-            for key in ("timeouts", "unparsed", "unmarked"):  # per process, as fractions of its completions judged
-                self._metrics[mode][f"rewards/math_accuracy/{key}"].append(stats.get(key, 0) / stats["judged"])
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -184,12 +190,85 @@ class AERGRPOTrainer(GRPOTrainer):
         return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        shared = self._shared_prompt_logps(*args, **kwargs) if self.args.share_prompt_forward else None
+        if shared is not None:
+            logps, entropies, aux_loss = shared
+        else:
+            logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._aer_capture_entropy and entropies is not None:
             self._aer_entropies = entropies
             if self._aer_loss_inputs is not None:
                 logps = self._apply_token_method(logps, entropies, self._aer_loss_inputs)
         return logps, entropies, aux_loss
+
+    _SHARED_PROMPT_UNSUPPORTED = (
+        "pixel_values",
+        "image_grid_thw",
+        "token_type_ids",
+        "mm_token_type_ids",
+        "image_position_ids",
+        "pixel_attention_mask",
+        "spatial_shapes",
+        "num_tiles",
+        "image_sizes",
+    )
+
+    def _shared_prompt_logps(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
+    ):
+        """TRL's per-token log-probs and entropies, computing each distinct prompt once (`share_prompt_forward`).
+
+        The completions of a group share their prompt, so the prompt's forward is run once per distinct prompt (all
+        but its last token, with gradient), its KV cache is indexed out to the rows that share it, and the last
+        prompt token plus the completion run on top through TRL's fused LM head (pre-shifted labels). The same
+        loss and gradient as TRL's full forward up to floating-point rounding, with the prompt's cost divided by the
+        group size. Returns None (TRL's own path runs) where it does not apply: multimodal or MoE inputs, gradient
+        checkpointing, a DDP-wrapped model, or no prompt shared by two rows."""
+        from transformers import DynamicCache
+
+        if (
+            kwargs.get("compute_aux_loss")
+            or any(kwargs.get(k) is not None for k in self._SHARED_PROMPT_UNSUPPORTED)
+            or self.args.gradient_checkpointing
+            or isinstance(model, torch.nn.parallel.DistributedDataParallel)
+        ):
+            return None
+        width = input_ids.size(1) - logits_to_keep  # prompt columns (left-padded)
+        if width < 2:
+            return None
+        prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
+        unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
+        if unique.size(0) == input_ids.size(0):
+            return None
+        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        unique_ids, unique_mask = unique[:, :width], unique[:, width:]
+        unique_positions = (unique_mask.cumsum(-1) - 1).clamp(min=0)
+        config = getattr(model, "config", None) or self.model.config
+        cache = DynamicCache(config=config)
+        with self.accelerator.autocast():
+            model(
+                input_ids=unique_ids[:, :-1],
+                attention_mask=unique_mask[:, :-1],
+                position_ids=unique_positions[:, :-1],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            cache.batch_select_indices(inverse)
+            tail = input_ids[:, width - 1 :]  # the last prompt token, then the completion
+            shift_labels = input_ids[:, width:].masked_fill(attention_mask[:, width:] == 0, -100)
+            shift_labels = torch.cat([shift_labels, shift_labels.new_full((shift_labels.size(0), 1), -100)], dim=1)
+            outputs = model(
+                input_ids=tail,
+                attention_mask=attention_mask,
+                position_ids=positions[:, width - 1 :],
+                past_key_values=cache,
+                shift_labels=shift_labels,
+                fused_lm_head=True,
+            )
+        logps = outputs.log_probs[:, :logits_to_keep]
+        entropies = outputs.entropy[:, :logits_to_keep] if compute_entropy else None
+        return logps, entropies, None
 
     def _apply_token_method(self, logps, entropies, inputs: dict):
         """Ent-Adv / Clip-Cov / KL-Cov through one mechanism: TRL's loss reads `inputs["advantages"]` right after this
@@ -297,7 +376,7 @@ class AERGRPOTrainer(GRPOTrainer):
         base model, a Hub data set), plus a section with the method's settings (and AER's controller state)."""
         from .data import hub_dataset_id
 
-        dataset_name = dataset_name or getattr(self, "aer_dataset_name", None)
+        dataset_name = dataset_name or self.aer_dataset_name
         method, aer = self.args.method, self.args.aer_enabled
         tags = [tags] if isinstance(tags, str) else list(tags or [])
         self._name = METHOD_TITLES.get(method, method)
@@ -321,7 +400,7 @@ class AERGRPOTrainer(GRPOTrainer):
         rows = [
             ("method", f"`{method}`: {METHODS[method]}"),
             ("base model", f"`{base}`" if base else "n/a"),
-            ("training data", f"`{dataset_name}`" if dataset_name else "n/a"),
+            ("training data", self.aer_data_description or (f"`{dataset_name}`" if dataset_name else "n/a")),
         ]
         if aer:
             rows += [
