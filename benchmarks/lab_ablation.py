@@ -37,6 +37,8 @@ import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from aer_trl.stats import interval  # noqa: E402
+
 RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "lab"
 STUDIES = {
     "table1": [(m, m, []) for m in ("grpo", "clip_higher", "ent_adv", "kl_cov", "clip_cov", "aer")],
@@ -51,19 +53,6 @@ STUDIES = {
 }
 # the row each study's paired differences are taken against
 REFERENCE = {"table1": "grpo", "table2": "grpo", "rho": "aer_rho0.2", "tau": "aer_tau0.7"}
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-
-
-def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% Student-t interval (nan with one value; both nan if a value is nan:
-    a run that measured nothing is not averaged away)."""
-    if any(math.isnan(v) for v in values):
-        return float("nan"), float("nan")
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, float("nan")
-    t = T975.get(len(values) - 1, 2.0)
-    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
 
 
 def entropy_summary(records: list[dict]) -> dict:
@@ -97,6 +86,7 @@ def cell_dir(method: str, extra: list[str], seed: int, args) -> Path:
 
 def run_cell(study: str, name: str, method: str, extra: list[str], seed: int, args, held_out) -> dict:
     """Train and evaluate one cell unless its result is on disk; the result is written last, atomically."""
+    from aer_trl.io import atomic_write
     from aer_trl.lab.demo import run_recipe
     from aer_trl.lab.report import evaluate_pass_at_k
     from aer_trl.metrics import read_metrics
@@ -132,9 +122,7 @@ def run_cell(study: str, name: str, method: str, extra: list[str], seed: int, ar
         "seconds": time.perf_counter() - start,
         "settings": cell_settings(method, extra, args),
     }
-    tmp = result_path.with_name(f".cell.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    os.replace(tmp, result_path)
+    atomic_write(result_path, json.dumps(result, indent=2))
     return result
 
 
