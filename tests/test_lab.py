@@ -79,3 +79,14 @@ def test_warm_start_is_built_once_and_cached(tmp_path):
     assert build_warm_start(cfg, cache_dir=tmp_path) == path
     assert (path / "config.json").stat().st_mtime_ns == stamp  # reused, not retrained
     AutoModelForCausalLM.from_pretrained(path)
+
+
+def test_the_warm_start_leaves_no_cpu_only_device_choice_behind(tmp_path):
+    """The warm start trains with use_cpu=True; accelerate keeps a device choice process-wide, so a GPU run that
+    followed in the same process got its accelerator on cpu and its model on cuda. It now resets what it set."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    cfg = WarmStartConfig(hidden_size=32, num_layers=2, num_heads=2, num_examples=64, epochs=1.0, batch_size=64)
+    build_warm_start(cfg, cache_dir=tmp_path / "fresh", disable_tqdm=True, force=True)
+    assert not PartialState._shared_state and not AcceleratorState._shared_state

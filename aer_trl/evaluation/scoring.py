@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ..rewards import judge_completions
 from .passk import passk_summary
-from .store import file_sha256, load_store
+from ..io import file_sha256
+from .store import load_store
 
 
 def judge(completions: list[str], gold: str) -> tuple[list[bool], dict]:

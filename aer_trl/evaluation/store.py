@@ -23,7 +23,7 @@ import logging
 import os
 from pathlib import Path
 
-from ..io import atomic_write
+from ..io import atomic_write, file_sha256, sampled_file_hash  # noqa: F401 (file_sha256: re-exported)
 
 logger = logging.getLogger(__name__)
 
@@ -31,33 +31,10 @@ STORE_VERSION = 1
 REQUIRED = ("v", "fp", "problem", "index", "benchmark", "model", "answer", "completions", "correct")
 _HASHED_FILES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 _HASHED_NAMES = ("config.json", "generation_config.json", "tokenizer_config.json", "chat_template.jinja")
-_SAMPLE = 1 << 20  # bytes read from each end of a weights file
 
 
 def digest(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:20]
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:20]
-
-
-def sampled_file_hash(path: Path, whole: bool = False) -> str:
-    """Hash of a (large) file's name, size, first and last MiB; of all of it when `whole` or small."""
-    size = path.stat().st_size
-    h = hashlib.sha256(f"{path.name}\0{size}\0".encode())
-    with open(path, "rb") as f:
-        if whole or size <= 2 * _SAMPLE:
-            h.update(f.read())
-        else:
-            h.update(f.read(_SAMPLE))
-            f.seek(size - _SAMPLE)
-            h.update(f.read(_SAMPLE))
-    return h.hexdigest()[:20]
 
 
 def weights_hash(folder: Path) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from ..evaluation import mean_pass_at_k, sample_completions
+from ..evaluation import passk_summary, sample_completions
 from ..rewards import math_accuracy_reward
 
 KS = (1, 2, 4, 8, 16)
@@ -44,7 +44,8 @@ def evaluate_pass_at_k(
         counts["all"].append((n, correct))
         counts[f"tier{tier}"].append((n, correct))
     ks = [k for k in ks if k <= n]
-    return {group: {k: mean_pass_at_k(c, k) for k in ks} for group, c in counts.items()}
+    summaries = {group: passk_summary(c, ks) for group, c in counts.items()}  # the harness's scoring path
+    return {group: {k: s[f"pass@{k}"] for k in ks} for group, s in summaries.items()}
 
 
 def passk_markdown(results: dict[str, list[dict]], group: str = "all") -> str:

@@ -8,7 +8,7 @@ from ..rewards import math_accuracy_reward
 
 
 def lab_accuracy_reward(completions, answer=None, difficulty=None, log_metric=None, **kwargs):
-    rewards = math_accuracy_reward(completions, answer=answer, **kwargs)
+    rewards = math_accuracy_reward(completions, answer=answer, log_metric=log_metric, **kwargs)
     if log_metric is not None and difficulty is not None:
         per_tier = defaultdict(list)
         for tier, reward in zip(difficulty, rewards):

@@ -73,6 +73,9 @@ def build_warm_start(
     )
     dataset = make_sft_dataset(config.num_examples, seed=config.seed, noise=config.noise)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: concurrent first runs never collide
+    from accelerate.state import AcceleratorState, PartialState
+
+    fresh_state = not PartialState._shared_state  # nothing in this process has chosen a device yet
     args = SFTConfig(
         output_dir=str(tmp),
         use_cpu=True,
@@ -91,8 +94,15 @@ def build_warm_start(
         disable_tqdm=disable_tqdm,
         dataloader_num_workers=0,
     )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
-    trainer.train()
+    try:
+        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+        trainer.train()
+    finally:
+        if fresh_state:
+            # the warm start runs on CPU (use_cpu=True), and accelerate keeps that choice process-wide: reset it so
+            # the RL run that follows in this process picks its own device (a GPU run otherwise crashes with the
+            # model on cuda and the accelerator on cpu)
+            AcceleratorState._reset_state(reset_partial_state=True)
     trainer.model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / "lab_meta.json").write_text(json.dumps({"warm_start": asdict(config)}, indent=2))

@@ -44,6 +44,8 @@ def main():
     parser.add_argument("--max_steps", type=int, default=3)
     parser.add_argument("--save_steps", type=int, default=0)
     parser.add_argument("--eval_bench", default=None, help="also validate every step with PassAtKCallback")
+    parser.add_argument("--use_cpu", default="true", help="'false' on a GPU (tests/test_gpu.py)")
+    parser.add_argument("--bf16", default="false")
     cli = parser.parse_args()
     passk = None
     if cli.eval_bench:
@@ -63,7 +65,8 @@ def main():
         aer_eta=0.01,
         save_strategy="steps" if cli.save_steps or passk else "no",
         save_steps=cli.save_steps or 500,
-        use_cpu=True,
+        use_cpu=cli.use_cpu.lower() == "true",
+        bf16=cli.bf16.lower() == "true",
     )
     trainer = RecordingTrainer(
         model=helpers.make_model(tokenizer, hidden_size=64),
