@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from ..io import file_sha256
 from ..rewards import judge_completions
 from .passk import passk_summary
-from ..io import file_sha256
 from .store import load_store
 
 
