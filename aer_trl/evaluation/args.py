@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..sources import PromptArguments
+from ..prompts import PromptArguments
 
 
 @dataclass
