@@ -134,6 +134,8 @@ class AERConfig(GRPOConfig):
         """Checkpoints only at rollout-batch boundaries: AER's iteration (entropy summed over a whole rollout batch,
         then one α update) cannot be resumed from its middle, so `save_steps` is rounded up to a multiple of the
         optimizer steps per rollout batch, with a warning that says so (docs/design.md §2)."""
+        if not self.aer_enabled:
+            return  # TRL's methods keep TRL's checkpointing as the user set it
         per_rollout = self.steps_per_generation * self.num_iterations
         if per_rollout % self.gradient_accumulation_steps:
             return  # a rollout batch ends mid optimizer step: TRL's own geometry, nothing to align to
@@ -190,10 +192,14 @@ class AERConfig(GRPOConfig):
             self.aer_difficulty_aware = False
         elif self.method == "aer_fixed":
             self.aer_adaptive, self.aer_difficulty_aware = False, False
-        if trl_entropy and self.method not in ("entropy_coef", "skywork") and not self.aer_enabled:
+        # TRL's own entropy options (entropy_coef, use_adaptive_entropy) are plain TRL features: TRL's methods (grpo,
+        # clip_higher) take them as TRL defines them (drop-in). The AER methods refuse them in _validate_aer, and the
+        # per-token exploration baselines here, since either would run two exploration terms at once.
+        if trl_entropy and self.method in ("ent_adv", "clip_cov", "kl_cov"):
             raise ValueError(
-                f"entropy_coef / use_adaptive_entropy add TRL's entropy bonus, which only the methods 'entropy_coef' "
-                f"and 'skywork' use; method={self.method!r} would run two exploration terms at once"
+                f"entropy_coef / use_adaptive_entropy add TRL's entropy bonus; method={self.method!r} is an "
+                "exploration method of its own and would run two exploration terms at once (use method='grpo' for "
+                "TRL's entropy options)"
             )
         if self.method == "entropy_coef":
             if self.entropy_coef <= 0 or self.use_adaptive_entropy:

@@ -26,6 +26,9 @@ class MetricsFileCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
+        if self.path is None:  # logging before train(), e.g. trainer.evaluate() first: start the file here
+            self.path = Path(args.output_dir) / "metrics.jsonl"
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         record = {"step": state.global_step}
         for key, value in logs.items():
             if isinstance(value, float) and not math.isfinite(value):

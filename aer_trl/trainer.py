@@ -13,12 +13,13 @@ How it plugs into TRL (no copy of TRL's loss):
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import textwrap
 
 import torch
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .callback import AERCallback
@@ -26,6 +27,8 @@ from .config import METHODS, AERConfig
 from .controller import BUCKETS, difficulty_buckets, difficulty_coefficients, group_accuracy, hard_mask
 from .methods import clip_cov_mask, ent_adv_advantages, kl_cov_advantages
 from .metrics import MetricsFileCallback
+
+logger = logging.getLogger(__name__)
 
 
 def resolve_correctness_index(spec: int | str | None, reward_func_names: list[str]) -> int:
@@ -95,11 +98,17 @@ class AERGRPOTrainer(GRPOTrainer):
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = AERConfig(f"{model_name.split('/')[-1]}-AER")
+        if isinstance(args, GRPOConfig) and not isinstance(args, AERConfig):
+            # a drop-in for trl.GRPOTrainer: TRL's config is taken as it is, the AER fields at their defaults
+            logger.warning(
+                "AERGRPOTrainer got a trl.GRPOConfig: converted with AERConfig.from_grpo_config (AER fields at their "
+                "defaults: method=%r); pass an AERConfig to set them",
+                AERConfig.method,
+            )
+            args = AERConfig.from_grpo_config(args)
         if not isinstance(args, AERConfig):
             raise TypeError(
-                f"AERGRPOTrainer needs `args` to be an aer_trl.AERConfig (it carries the aer_* fields), got "
-                f"{type(args).__name__}; build it with AERConfig.from_grpo_config(your_grpo_config, aer_tau=...) "
-                "or AERConfig(...)"
+                f"AERGRPOTrainer needs `args` to be an aer_trl.AERConfig or a trl.GRPOConfig, got {type(args).__name__}"
             )
         callbacks = list(callbacks or [])
         if not any(isinstance(cb, AERCallback) for cb in callbacks):
