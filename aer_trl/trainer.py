@@ -108,7 +108,8 @@ class AERGRPOTrainer(GRPOTrainer):
             args = AERConfig.from_grpo_config(args)
         if not isinstance(args, AERConfig):
             raise TypeError(
-                f"AERGRPOTrainer needs `args` to be an aer_trl.AERConfig or a trl.GRPOConfig, got {type(args).__name__}"
+                "AERGRPOTrainer needs `args` to be an aer_trl.AERConfig or a trl.GRPOConfig, got "
+                f"{type(args).__name__}"
             )
         callbacks = list(callbacks or [])
         if not any(isinstance(cb, AERCallback) for cb in callbacks):
