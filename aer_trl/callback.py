@@ -94,6 +94,24 @@ class AERCallback(TrainerCallback, ExportableState):
 
     def on_step_end(self, args, state, control, **kwargs):
         self._apply_pending()
+        # A checkpoint must end an AER iteration to resume exactly: the entropy of a rollout batch is summed over its
+        # optimizer steps and α moves once at its end. Saves inside a rollout batch come only from the end of
+        # training (save_steps is aligned in AERConfig): that one is not written (the final model still is, by
+        # save_model), so resuming picks the last checkpoint at a rollout boundary and replays the rest exactly.
+        per_rollout = args.steps_per_generation * args.num_iterations
+        if (
+            control.should_save
+            and getattr(args, "aer_enabled", True)
+            and per_rollout % args.gradient_accumulation_steps == 0
+            and state.global_step % (per_rollout // args.gradient_accumulation_steps)
+        ):
+            control.should_save = False
+            warnings.warn(
+                f"step {state.global_step} ends inside a rollout batch: no checkpoint is written here (it could not "
+                "resume AER exactly); the final model is saved by save_model, and resuming starts from the last "
+                "checkpoint at a rollout boundary",
+                stacklevel=2,
+            )
 
     # -- ExportableState ----------------------------------------------------------------------------------------
     def state(self) -> dict:

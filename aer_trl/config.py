@@ -143,7 +143,8 @@ class AERConfig(GRPOConfig):
         if steps > 1 and self.max_steps > 0 and self.max_steps % steps:
             logger.warning(
                 "max_steps=%d ends inside a rollout batch (%d optimizer steps each): the last batch's α update never "
-                "happens and a checkpoint saved at the end cannot be resumed exactly; use a multiple of %d",
+                "happens and no checkpoint is written at the end (it could not be resumed exactly; the final model is "
+                "still saved); use a multiple of %d",
                 self.max_steps,
                 steps,
                 steps,

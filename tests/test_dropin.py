@@ -52,3 +52,36 @@ def test_a_plain_grpo_config_is_accepted(tmp_path):
     assert isinstance(trainer.args, AERConfig) and trainer.args.learning_rate == 3e-3
     assert trainer.args.method == "aer" and trainer.args.aer_tau == AERConfig.aer_tau
     trainer.train()
+
+
+def test_a_stop_inside_a_rollout_batch_writes_no_checkpoint_there_and_resumes_exactly(tmp_path):
+    """2 optimizer steps per rollout batch; stopped at step 3, resumed to 6: the α trajectory of an uninterrupted run
+    (the checkpoint at step 3 would have left α one update behind)."""
+    from aer_trl.run import resolve_resume
+
+    def config(out, max_steps):
+        return helpers.make_config(
+            out,
+            max_steps=max_steps,
+            steps_per_generation=2,
+            save_strategy="steps",
+            save_steps=2,
+            aer_alpha_init=0.05,
+            aer_eta=0.05,
+            aer_target_entropy=100.0,  # entropy always below target: α rises once per rollout batch
+        )
+
+    full = _trainer(AERGRPOTrainer, config(tmp_path / "full", 6))
+    full.train()
+    stopped = _trainer(AERGRPOTrainer, config(tmp_path / "stopped", 3))
+    with pytest.warns(UserWarning, match="step 3 ends inside a rollout batch"):
+        stopped.train()
+    assert sorted(p.name for p in (tmp_path / "stopped").glob("checkpoint-*")) == ["checkpoint-2"]
+    resumed = _trainer(AERGRPOTrainer, config(tmp_path / "stopped", 6))
+    resumed.train(resume_from_checkpoint=resolve_resume("latest", str(tmp_path / "stopped")))
+    assert resumed.aer_alpha == pytest.approx(full.aer_alpha) == pytest.approx(0.2)
+    # α after every iteration and H0 / H* as uninterrupted (the sampled completions after a resume are TRL's own
+    # business: their entropies agree to ~1e-3, not bit for bit)
+    alphas = [[h["alpha"] for h in t.aer_callback.controller.history] for t in (resumed, full)]
+    assert alphas[0] == pytest.approx(alphas[1]) and len(alphas[0]) == 3
+    assert resumed.aer_callback.initial_entropy == full.aer_callback.initial_entropy
