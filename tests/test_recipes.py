@@ -1,17 +1,14 @@
 """Recipes: every YAML loads strictly, recipes/train.py trains on a local model and data set, the model card."""
 
 import json
-import logging
 import os
 import sys
 from pathlib import Path
 
 import pytest
-from datasets import Dataset
 from trl import ModelConfig, TrlParser
 
 from aer_trl import AERConfig
-from aer_trl.data import load_math_dataset
 from aer_trl.run import AERScriptArguments
 from tests import helpers
 
@@ -65,41 +62,6 @@ def test_accelerate_configs_load(config):
     assert cfg.num_processes >= 1 and cfg.mixed_precision == "bf16"
 
 
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def test_local_data_loader_normalises_and_drops_bad_gold(tmp_path, caplog):
-    rows = [
-        {"problem": "What is 1+1?", "answer": "2"},
-        {"problem": "Half of one?", "answer": "\\frac{1}{2}"},
-        {"problem": "No gold", "answer": None},
-        {"problem": "Bad gold", "answer": "???"},
-    ]
-    with caplog.at_level(logging.WARNING):
-        ds = load_math_dataset(str(write_jsonl(tmp_path / "train.jsonl", rows)))
-    assert len(ds) == 2 and "dropped 2 of 4 rows" in caplog.text
-    assert ds[0]["prompt"][0]["role"] == "user" and "\\boxed{}" in ds[0]["prompt"][0]["content"]
-    assert ds["answer"] == ["2", "\\frac{1}{2}"]
-    gsm = Dataset.from_dict({"question": ["Q?"], "answer": ["work...\n#### 1,234"]})
-    gsm.to_parquet(tmp_path / "gsm.parquet")
-    assert load_math_dataset(str(tmp_path / "gsm.parquet"))["answer"] == ["work...\n#### 1,234"]
-
-
-def test_data_loader_errors_name_the_problem(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        load_math_dataset(str(tmp_path / "missing.jsonl"))
-    with pytest.raises(ValueError, match="expected a question column"):
-        load_math_dataset(str(write_jsonl(tmp_path / "x.jsonl", [{"text": "a", "label": 1}])))
-    (tmp_path / "empty.jsonl").write_text("")
-    with pytest.raises(ValueError, match="empty.jsonl is empty"):
-        load_math_dataset(str(tmp_path / "empty.jsonl"))
-    bad = write_jsonl(tmp_path / "bad.jsonl", [{"question": "q", "answer": "???"}, {"question": "r", "answer": ""}])
-    with pytest.raises(ValueError, match="none of its 2 rows has a gold answer"):
-        load_math_dataset(str(bad))
-
-
 def test_cpu_runs_use_the_machines_cores(tmp_path, monkeypatch):
     import torch
 
@@ -122,7 +84,8 @@ def test_train_script_trains_on_local_model_and_data_and_writes_card(tmp_path, t
     model_dir = tmp_path / "tiny-base"
     helpers.make_model(tokenizer).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    data = write_jsonl(tmp_path / "train.jsonl", [{"problem": f"{i}+1", "answer": str(i + 1)} for i in range(16)])
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(16)))
     sys.path.insert(0, str(ROOT / "recipes"))
     import train  # recipes/train.py
 

@@ -44,3 +44,16 @@ def test_aggregate_and_k50():
     assert mean_pass_at_k(counts, 1) == pytest.approx((0 + 0.25 + 1) / 3)
     assert k50(counts) == 2  # pass@2 = (0 + 0.5 + 1) / 3 = 0.5
     assert k50([(4, 0), (4, 0)]) is None
+
+
+def test_passk_summary_is_the_one_scoring_path():
+    from aer_trl.evaluation import passk_summary
+
+    counts = [(4, 0), (4, 2), (4, 4)]
+    s = passk_summary(counts, [1, 2, 8])
+    assert s["k_list"] == [1, 2] and "pass@8" not in s  # k above the smallest n is left out, not extrapolated
+    assert s["pass@1"] == pytest.approx((0 + 0.5 + 1) / 3) == pytest.approx(s["mean@n"])
+    assert s["pass@2"] == pytest.approx((0 + (1 - 1 / 6) + 1) / 3)
+    assert s["num_problems"] == 3 and s["num_samples"] == 4 and s["k50"] == 1
+    with pytest.raises(ValueError, match="no problems"):
+        passk_summary([], [1])
