@@ -12,7 +12,7 @@ FLOORS = {
     "callback": 2, "sources": 2, "data": 2, "evaluation/harness": 2, "evaluation/plan": 2,
     "evaluation/backends": 2, "evaluation/scoring": 2, "evaluation/reports": 2, "lab/warmstart": 2, "lab/tasks": 2,
     "lab/model": 2, "lab/tokenizer": 2, "lab/rewards": 2, "lab/report": 2,
-    "trainer": 3, "metrics": 3, "evaluation/callback": 3,
+    "trainer": 3, "metrics": 3, "evaluation/callback": 3, "card": 3,
     "run": 4, "lab/demo": 4, "lab/real_study": 4, "evaluation/__main__": 4, "notebooks": 4,
 }  # fmt: skip
 

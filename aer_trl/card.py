@@ -1,0 +1,103 @@
+"""The model card of an `AERGRPOTrainer` run: TRL's card for the method actually trained (its title, its paper), the
+data and prompt format it was trained on, and, for AER, the controller's settings and final state."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+from trl import GRPOTrainer
+from trl.trainer.utils import get_config_model_id
+
+from .config import METHODS
+from .data import hub_dataset_id
+
+AER_PAPER = {
+    "title": "Revisiting Entropy Regularization: Adaptive Coefficient Unlocks Its Potential for LLM Reinforcement "
+    "Learning",
+    "id": "2510.10959",
+    "citation": textwrap.dedent("""\
+        @article{zhang2025aer,
+            title   = {{Revisiting Entropy Regularization: Adaptive Coefficient Unlocks Its Potential for LLM
+                        Reinforcement Learning}},
+            author  = {Xiaoyun Zhang and Xiaojian Yuan and Di Huang and Wang You and Chen Hu and Jingqing Ruan and
+                       Ai Jian and Kejiang Chen and Xing Hu},
+            year    = 2025,
+            eprint  = {arXiv:2510.10959},
+        }"""),
+}
+METHOD_TITLES = {
+    "grpo": "GRPO",
+    "aer": "AER-GRPO",
+    "aer_c1": "AER-GRPO (ablation: C1 only)",
+    "aer_c2c3": "AER-GRPO (ablation: C2 and C3 only)",
+    "aer_fixed": "GRPO with a fixed entropy coefficient (through AER)",
+    "entropy_coef": "GRPO with a fixed entropy coefficient",
+    "clip_higher": "GRPO with Clip-Higher (DAPO)",
+    "skywork": "GRPO with Skywork adaptive entropy control",
+    "ent_adv": "GRPO with Ent-Adv",
+    "clip_cov": "GRPO with Clip-Cov",
+    "kl_cov": "GRPO with KL-Cov",
+}
+
+
+def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **kwargs) -> None:
+    """TRL's model card for the method actually trained, citing the AER paper, linking only what exists (a Hub
+    base model, a Hub data set), plus a section with the method's settings (and AER's controller state)."""
+    dataset_name = dataset_name or trainer.aer_dataset_name
+    method, aer = trainer.args.method, trainer.args.aer_enabled
+    tags = [tags] if isinstance(tags, str) else list(tags or [])
+    trainer._name = METHOD_TITLES.get(method, method)
+    trainer._paper = AER_PAPER if aer else GRPOTrainer._paper
+    GRPOTrainer.create_model_card(
+        trainer, model_name=model_name, dataset_name=hub_dataset_id(dataset_name), tags=[*tags, method], **kwargs
+    )
+    if not trainer.is_world_process_zero():
+        return
+
+    path = os.path.join(trainer.args.output_dir, "README.md")
+    with open(path) as f:
+        card = f.read()
+    base = get_config_model_id(trainer.model.config)
+    card = card.replace(
+        "a fine-tuned version of [None](https://huggingface.co/None)",
+        f"a fine-tuned version of a local model (`{base}`)" if base else "a fine-tuned model",
+    )
+    cb = trainer.aer_callback
+    fmt = lambda v: "n/a" if v is None else f"{v:.6g}"  # noqa: E731
+    rows = [
+        ("method", f"`{method}`: {METHODS[method]}"),
+        ("base model", f"`{base}`" if base else "n/a"),
+        ("training data", trainer.aer_data_description or (f"`{dataset_name}`" if dataset_name else "n/a")),
+    ]
+    if aer:
+        rows += [
+            ("ρ (pivot accuracy)", fmt(trainer.args.aer_rho)),
+            ("τ (target ratio)", fmt(trainer.args.aer_tau)),
+            ("η (α step size)", fmt(trainer.args.aer_eta)),
+            ("difficulty-aware (C1)", str(trainer.args.aer_difficulty_aware)),
+            ("adaptive α (C2+C3)", str(trainer.args.aer_adaptive)),
+            ("final α", fmt(cb.alpha)),
+            ("H0 (initial entropy)", fmt(cb.initial_entropy)),
+            ("H* (target entropy)", fmt(cb.target)),
+            ("AER iterations", str(cb.controller.iteration)),
+        ]
+        intro = (
+            "Trained with `aer_trl.AERGRPOTrainer`, which implements Adaptive Entropy Regularization: "
+            "difficulty-aware entropy coefficients, an initial-anchored target entropy and a dynamically adjusted "
+            "global coefficient."
+        )
+    else:
+        intro = (
+            f"Trained with `aer_trl.AERGRPOTrainer` as the `{method}` baseline of the AER paper's comparisons "
+            "(no AER entropy bonus)."
+        )
+    section = (
+        f"\n## Training method: {trainer._name}\n\n{intro}\n\n| | |\n|---|---|\n"
+        + "".join(f"| {k} | {v} |\n" for k, v in rows)
+        + "\nCite the AER paper ([arXiv 2510.10959](https://arxiv.org/abs/2510.10959)) as:\n\n```bibtex\n"
+        + AER_PAPER["citation"]
+        + "\n```\n"
+    )
+    with open(path, "w") as f:
+        f.write(card + section)
