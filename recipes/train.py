@@ -44,4 +44,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    trainer = main()
+    # tear the process group down before exit (several processes): left to interpreter shutdown, gloo's threads can
+    # abort a run that has already succeeded and saved
+    trainer.accelerator.end_training()

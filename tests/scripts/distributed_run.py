@@ -100,6 +100,9 @@ def main():
     }
     with open(os.path.join(cli.output_dir, f"rank{rank}.json"), "w") as f:
         json.dump(record, f)
+    # tear the process group down before exit: left to interpreter shutdown, gloo's threads can abort the process
+    # ("terminate called without an active exception") after the run has succeeded
+    trainer.accelerator.end_training()
 
 
 if __name__ == "__main__":
