@@ -116,6 +116,7 @@ def main(argv=None) -> dict:
         f"batched generate {result['plain_samples_per_s']} samples/s: ratio {result['harness_over_plain']}"
     )
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
     return result
