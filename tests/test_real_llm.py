@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from aer_trl.controller import update_alpha
-from aer_trl.gguf import convert_gguf, smollm2_gguf_path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "smollm2_135m_instruct" / "arithmetic" / "aer.yaml"
@@ -22,17 +21,6 @@ def recording_reward(completions, prompts=None, answer=None, **kwargs):
     """Records the prompts the trainer hands to reward functions (what the policy was prompted with)."""
     SEEN_PROMPTS.extend(prompts)
     return [0.0] * len(completions)
-
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    try:
-        smollm2_gguf_path()
-    except FileNotFoundError as e:  # `make install` installs it; a bare `pip install -e .` does not
-        pytest.skip(str(e))
-    from aer_trl.gguf import SMOLLM2_FILE
-
-    return convert_gguf(output_dir=tmp_path_factory.mktemp("models") / Path(SMOLLM2_FILE).stem)
 
 
 def train(argv):

@@ -10,23 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from aer_trl.gguf import convert_gguf, smollm2_gguf_path
+from aer_trl.gguf import convert_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 RECIPE = ROOT / "recipes" / "smollm2_135m_instruct" / "gsm8k" / "aer.yaml"
 pytestmark = pytest.mark.real
-
-
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    try:
-        smollm2_gguf_path()
-    except FileNotFoundError as e:  # `make install` installs it; a bare `pip install -e .` does not
-        pytest.skip(str(e))
-    from aer_trl.gguf import SMOLLM2_FILE
-
-    return convert_gguf(output_dir=tmp_path_factory.mktemp("models") / Path(SMOLLM2_FILE).stem)
 
 
 @pytest.fixture(scope="module")

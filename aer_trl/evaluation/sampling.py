@@ -117,32 +117,19 @@ def sample_completions(
     seed: int = 0,
     desc: str = "sampling",
     disable_tqdm: bool = False,
-    seeds: Sequence[int] | None = None,
 ) -> list[list[str]]:
-    """`n` sampled completions per prompt with `transformers` generation, with a progress bar.
-
-    `seeds`: one seed per prompt; each prompt is then generated alone, so its samples do not depend on which other
-    prompts were generated with it (the evaluation harness relies on this to resume and re-slice exactly). Without
-    `seeds`, prompts go in batches of `batch_size` from one stream seeded with `seed`.
-    """
-    if seeds is not None and len(seeds) != len(prompts):
-        raise ValueError(f"seeds: one per prompt expected, got {len(seeds)} for {len(prompts)} prompts")
+    """`n` sampled completions per prompt with `transformers` generation, in batches of `batch_size` prompts from
+    one random stream seeded with `seed` (the lab's held-out evaluation), with a progress bar. The harness samples
+    through `sample_chunk` instead (one seed per chunk, prompts prefilled once)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    step = 1 if seeds is not None else batch_size
     results: list[list[str]] = []
     try:
-        with isolated_rng(seed if seeds is None else None):
-            for start in tqdm(range(0, len(prompts), step), desc=desc, disable=disable_tqdm):
-                batch = list(prompts[start : start + step])
-                if seeds is not None:
-                    torch.manual_seed(int(seeds[start]))
-                enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        with isolated_rng(seed):
+            for start in tqdm(range(0, len(prompts), batch_size), desc=desc, disable=disable_tqdm):
+                batch = list(prompts[start : start + batch_size])
+                enc = _left_padded(tokenizer, batch, device)
                 out = model.generate(
                     **enc,
                     do_sample=True,
@@ -155,7 +142,6 @@ def sample_completions(
                 texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
                 results.extend(texts[i * n : (i + 1) * n] for i in range(len(batch)))
     finally:
-        tokenizer.padding_side = side
         if was_training:
             model.train()
     return results
