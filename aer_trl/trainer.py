@@ -216,6 +216,18 @@ class AERGRPOTrainer(GRPOTrainer):
         width = input_ids.size(1) - logits_to_keep  # prompt columns (left-padded)
         if width < 2:
             return None
+        if batch_size and batch_size < input_ids.size(0):  # TRL's memory chunking, kept chunk by chunk
+            parts = [
+                self._shared_prompt_logps(
+                    model, input_ids[i : i + batch_size], attention_mask[i : i + batch_size], logits_to_keep,
+                    compute_entropy=compute_entropy, **kwargs,
+                )
+                for i in range(0, input_ids.size(0), batch_size)
+            ]  # fmt: skip
+            if any(p is None for p in parts):
+                return None
+            entropies = torch.cat([p[1] for p in parts]) if compute_entropy else None
+            return torch.cat([p[0] for p in parts]), entropies, None
         prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
         unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
         if unique.size(0) == input_ids.size(0):

@@ -66,6 +66,15 @@ def test_shared_prompt_forward_equals_trls_forward(trainer):
         torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-3, atol=1e-5, msg=name)
 
 
+def test_shared_prompt_forward_keeps_trls_memory_chunks(trainer):
+    ids, mask, keep = _batch(trainer.processing_class)
+    whole = trainer._shared_prompt_logps(trainer.model, ids, mask, keep, compute_entropy=True)
+    chunked = trainer._shared_prompt_logps(trainer.model, ids, mask, keep, batch_size=4, compute_entropy=True)
+    completion_mask = mask[:, -keep:]
+    for a, b in zip(whole[:2], chunked[:2]):
+        torch.testing.assert_close(a * completion_mask, b * completion_mask, rtol=1e-4, atol=1e-5)
+
+
 def test_shared_prompt_forward_steps_back_where_nothing_is_shared(trainer):
     ids, mask, keep = _batch(trainer.processing_class)
     assert trainer._shared_prompt_logps(trainer.model, ids[::2][:1], mask[::2][:1], keep) is None
