@@ -47,7 +47,8 @@ def resolve_correctness_index(spec: int | str | None, reward_func_names: list[st
 
 
 class AERGRPOTrainer(GRPOTrainer):
-    """GRPO with Adaptive Entropy Regularization. Same constructor as `trl.GRPOTrainer`; `args` is an `AERConfig`."""
+    """GRPO with Adaptive Entropy Regularization. Same constructor as `trl.GRPOTrainer`; `args` is an `AERConfig` (a
+    plain `trl.GRPOConfig` is converted, the AER fields at their defaults)."""
 
     _tag_names = ["trl", "grpo", "aer", "aer_trl"]
     _name = "AER-GRPO"
