@@ -18,7 +18,15 @@ import random
 import re
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["BOXED_INSTRUCTION", "PromptArguments", "PromptFormat", "draw_shots", "format_prompt", "solved_text"]
+__all__ = [
+    "BOXED_INSTRUCTION",
+    "PromptArguments",
+    "PromptFormat",
+    "draw_shots",
+    "format_prompt",
+    "prompt_settings",
+    "solved_text",
+]
 
 BOXED_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 _NONE = ("", "none", "null")
@@ -151,3 +159,11 @@ class PromptArguments:
             "a study sees the same shots."
         },
     )
+
+
+def prompt_settings(source) -> dict:
+    """The `PromptArguments` fields set on `source` (an object with those attributes, or a dict such as a recipe)."""
+    from dataclasses import fields
+
+    get = source.get if isinstance(source, dict) else (lambda k, d=None: getattr(source, k, d))
+    return {f.name: get(f.name) for f in fields(PromptArguments) if get(f.name) is not None}

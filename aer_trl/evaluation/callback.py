@@ -11,6 +11,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from ..io import atomic_write
+from ..prompts import prompt_settings
 from .args import EvalArguments
 from .backends import TransformersGenerator
 from .passk import passk_summary
@@ -66,19 +67,7 @@ class PassAtKCallback(TrainerCallback, ExportableState):
             batch_size=batch_size,
             seed=seed,
         )
-        prompt = {}
-        if prompt_args is not None:
-            prompt = {
-                k: getattr(prompt_args, k)
-                for k in (
-                    "prompt_system",
-                    "prompt_instruction",
-                    "prompt_num_shots",
-                    "prompt_shots_pool",
-                    "prompt_shots_seed",
-                )
-                if hasattr(prompt_args, k)
-            }
+        prompt = prompt_settings(prompt_args) if prompt_args is not None else {}
         self.eval_args = EvalArguments(models=["<training>"], benchmarks=[benchmark], **sampling, **prompt)
         self._init = dict(benchmark=benchmark, eval_steps=eval_steps, **sampling)  # what `state()` saves
         self.best_pass_at_1: float | None = None

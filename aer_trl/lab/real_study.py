@@ -35,6 +35,7 @@ import yaml
 
 from ..io import atomic_write
 from ..metrics import read_metrics
+from ..prompts import prompt_settings
 from ..stats import interval
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +43,6 @@ RECIPES = ROOT / "recipes" / "smollm2_135m_instruct" / "arithmetic"
 TRAIN = ROOT / "recipes" / "train.py"
 KS = (1, 2, 4, 8, 16)
 TIER_NAMES = {"0": "1-digit +", "1": "2-digit +", "2": "1-digit ×", "3": "2-digit × 1-digit"}
-PROMPT_KEYS = ("prompt_system", "prompt_instruction", "prompt_num_shots", "prompt_shots_pool", "prompt_shots_seed")
 
 
 def cell_dir(method: str, seed: int, args) -> Path:
@@ -91,7 +91,7 @@ def eval_arguments(args, models: list[str]):
     from ..evaluation import EvalArguments
 
     recipe = yaml.safe_load((Path(args.recipes_dir) / "aer.yaml").read_text())
-    prompt = {k: recipe[k] for k in PROMPT_KEYS if k in recipe}
+    prompt = prompt_settings(recipe)
     return EvalArguments(
         models=models,
         benchmarks=["arithmetic"],
