@@ -9,8 +9,8 @@ import textwrap
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .config import METHODS
 from .data import hub_dataset_id
+from .registry import get_method
 
 AER_PAPER = {
     "title": "Revisiting Entropy Regularization: Adaptive Coefficient Unlocks Its Potential for LLM Reinforcement "
@@ -26,29 +26,25 @@ AER_PAPER = {
             eprint  = {arXiv:2510.10959},
         }"""),
 }
-METHOD_TITLES = {
-    "grpo": "GRPO",
-    "aer": "AER-GRPO",
-    "aer_c1": "AER-GRPO (ablation: C1 only)",
-    "aer_c2c3": "AER-GRPO (ablation: C2 and C3 only)",
-    "aer_fixed": "GRPO with a fixed entropy coefficient (through AER)",
-    "entropy_coef": "GRPO with a fixed entropy coefficient",
-    "clip_higher": "GRPO with Clip-Higher (DAPO)",
-    "skywork": "GRPO with Skywork adaptive entropy control",
-    "ent_adv": "GRPO with Ent-Adv",
-    "clip_cov": "GRPO with Clip-Cov",
-    "kl_cov": "GRPO with KL-Cov",
-}
 
 
 def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **kwargs) -> None:
-    """TRL's model card for the method actually trained, citing the AER paper, linking only what exists (a Hub
-    base model, a Hub data set), plus a section with the method's settings (and AER's controller state)."""
+    """TRL's model card for the method actually trained. With AER's outputs off (a non-AER method, `aer_telemetry`
+    unset) that is all: the card TRL writes, under the method's title. Otherwise it cites the AER paper (for the AER
+    methods), links only what exists (a Hub base model, a Hub data set), and adds a section with the method's
+    settings (and AER's controller state)."""
     dataset_name = dataset_name or trainer.aer_dataset_name
     method, aer = trainer.args.method, trainer.args.aer_enabled
+    spec = get_method(method)
     tags = [tags] if isinstance(tags, str) else list(tags or [])
-    trainer._name = METHOD_TITLES.get(method, method)
+    trainer._name = spec.title
     trainer._paper = AER_PAPER if aer else GRPOTrainer._paper
+    if not trainer.args.aer_telemetry:
+        extra = [] if method == "grpo" else [method]
+        GRPOTrainer.create_model_card(
+            trainer, model_name=model_name, dataset_name=hub_dataset_id(dataset_name), tags=[*tags, *extra], **kwargs
+        )
+        return
     GRPOTrainer.create_model_card(
         trainer, model_name=model_name, dataset_name=hub_dataset_id(dataset_name), tags=[*tags, method], **kwargs
     )
@@ -66,7 +62,7 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
     cb = trainer.aer_callback
     fmt = lambda v: "n/a" if v is None else f"{v:.6g}"  # noqa: E731
     rows = [
-        ("method", f"`{method}`: {METHODS[method]}"),
+        ("method", f"`{method}`: {spec.help}"),
         ("base model", f"`{base}`" if base else "n/a"),
         ("training data", trainer.aer_data_description or (f"`{dataset_name}`" if dataset_name else "n/a")),
     ]

@@ -8,23 +8,9 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-logger = logging.getLogger(__name__)
+from .registry import TOKEN_LEVEL_LOSSES, get_method, methods
 
-AER_METHODS = ("aer", "aer_c1", "aer_c2c3", "aer_fixed")
-METHODS = {
-    "grpo": "plain TRL GRPO (no entropy term)",
-    "aer": "Adaptive Entropy Regularization, C1+C2+C3 (the paper)",
-    "aer_c1": "AER ablation 'C1 only': difficulty-aware λ with a fixed α = aer_alpha_init",
-    "aer_c2c3": "AER ablation 'C2&C3 only': adaptive α, λ = α for every sample",
-    "aer_fixed": "fixed entropy coefficient through AER: λ = aer_alpha_init for every sample",
-    "entropy_coef": "fixed entropy coefficient through TRL's `entropy_coef`",
-    "clip_higher": "Clip-Higher (DAPO) through TRL's `epsilon_high` (0.28 unless set)",
-    "skywork": "Skywork adaptive entropy control through TRL's `use_adaptive_entropy`/`entropy_target`",
-    "ent_adv": "Ent-Adv: per-token advantage + min(ent_adv_alpha·H, |A|/ent_adv_kappa)",
-    "clip_cov": "Clip-Cov: cut the gradient of a random clip_cov_ratio share of high-covariance tokens",
-    "kl_cov": "KL-Cov: unclipped loss + kl_cov_coef·|logπ − logπ_old| on the top kl_cov_ratio tokens by covariance",
-}
-TOKEN_LEVEL_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,7 +24,7 @@ class AERConfig(GRPOConfig):
     """
 
     # TRL's `epsilon` (0.2) re-declared with "unset" as its default, so a method can tell a user's explicit value
-    # (kept, or refused with an error) from no value (the method's own default): see `_resolve_clipping`.
+    # (kept, or refused with an error) from no value (the method's own default): see `_apply_method`.
     epsilon: float | None = field(
         default=None,
         metadata={
@@ -48,7 +34,20 @@ class AERConfig(GRPOConfig):
     )
     method: str = field(
         default="aer",
-        metadata={"help": "Which method trains: " + "; ".join(f"'{k}': {v}" for k, v in METHODS.items()) + "."},
+        metadata={
+            "help": "Which method trains (`aer_trl.registry`; more can be registered): "
+            + "; ".join(f"'{name}': {m.help}" for name, m in methods().items())
+            + "."
+        },
+    )
+    aer_telemetry: bool | None = field(
+        default=None,
+        metadata={
+            "help": "AER's outputs: the entropy controller's measurements and per-difficulty telemetry (aer/* "
+            "metrics), <output_dir>/metrics.jsonl and the AER section of the model card. Unset: on for the AER "
+            "methods (they need it), off for the others, which then train and log exactly as trl.GRPOTrainer; set "
+            "true to compare a baseline with AER on the same measurements."
+        },
     )
     ent_adv_alpha: float = field(default=0.4, metadata={"help": "Ent-Adv: scale α of the entropy advantage term."})
     ent_adv_kappa: float = field(default=2.0, metadata={"help": "Ent-Adv: the term is capped at |A|/κ."})
@@ -111,13 +110,19 @@ class AERConfig(GRPOConfig):
         default=0.5,
         metadata={"help": "A completion counts as correct when its correctness reward is ≥ this finite threshold."},
     )
-    aer_difficulty_aware: bool = field(
-        default=True,
-        metadata={"help": "C1 on/off. False: λ = α for every scorable sample (the paper's 'C2&C3 only' ablation)."},
+    aer_difficulty_aware: bool | None = field(
+        default=None,
+        metadata={
+            "help": "C1 on/off. False: λ = α for every scorable sample (the paper's 'C2&C3 only' ablation). Unset: "
+            "what the method sets (on for 'aer'); a value that contradicts the method is refused."
+        },
     )
-    aer_adaptive: bool = field(
-        default=True,
-        metadata={"help": "C2+C3 on/off. False: α stays at aer_alpha_init ('C1 only' and 'fixed coefficient' rows)."},
+    aer_adaptive: bool | None = field(
+        default=None,
+        metadata={
+            "help": "C2+C3 on/off. False: α stays at aer_alpha_init ('C1 only' and 'fixed coefficient' rows). Unset: "
+            "what the method sets (on for 'aer'); a value that contradicts the method is refused."
+        },
     )
     aer_target_entropy: float | None = field(
         default=None,
@@ -169,55 +174,87 @@ class AERConfig(GRPOConfig):
 
     @property
     def aer_enabled(self) -> bool:
-        return self.method in AER_METHODS
+        """Whether the method trains AER's bonus (the registry's `Method.aer`)."""
+        return get_method(self.method).aer
+
+    @property
+    def method_settings(self) -> dict:
+        """What the method set in this config (field -> value); the trainer logs it once at start."""
+        return dict(getattr(self, "_method_settings", {}))
 
     def _apply_method(self) -> None:
-        """Check `method` and the keys it combines with; set the paper's settings the method implies."""
-        if self.method not in METHODS:
-            raise ValueError(f"method: unknown method {self.method!r}; known methods are {list(METHODS)}")
-        trl_entropy = self.entropy_coef != 0.0 or self.use_adaptive_entropy
-        if not self.aer_enabled:
+        """Resolve the config through the method's registry entry (`aer_trl.registry`): its settings fill fields the
+        user left at their defaults, an explicit value that contradicts them is refused, never overridden."""
+        method = get_method(self.method)
+        defaults = {name: f.default for name, f in self.__dataclass_fields__.items()}
+        before = {name: getattr(self, name) for name in defaults}
+        for name, value in method.sets.items():
+            current = getattr(self, name)
+            if current == value:
+                continue
+            if current != defaults[name]:
+                fitting = [n for n, m in methods().items() if n != self.method and m.sets.get(name) == current]
+                raise ValueError(
+                    f"method={self.method!r} sets {name}={value!r}, but {name}={current!r} was set explicitly: "
+                    f"leave {name} unset" + (f" or choose a method that sets it ({fitting})" if fitting else "")
+                )
+            setattr(self, name, value)
+        for name, value in method.defaults.items():
+            if getattr(self, name) == defaults[name]:
+                setattr(self, name, value)
+        if not method.aer:
             if self.aer_alpha_init != 0.0:
                 raise ValueError(
-                    f"aer_alpha_init={self.aer_alpha_init} only applies to the AER methods {list(AER_METHODS)}; "
-                    f"method={self.method!r} trains without the AER bonus (set aer_alpha_init=0)"
+                    f"aer_alpha_init={self.aer_alpha_init} only applies to the AER methods "
+                    f"{[n for n, m in methods().items() if m.aer]}; method={self.method!r} trains without the AER "
+                    "bonus (set aer_alpha_init=0)"
                 )
-            self.aer_adaptive = False  # the controller still measures entropy and logs aer/*, with α = 0
-        if self.method in ("aer_c1", "aer_fixed") and self.aer_alpha_init <= 0:
+            for name in ("aer_adaptive", "aer_difficulty_aware"):
+                if getattr(self, name):  # False is what the method resolves to (a resolved config rebuilds cleanly)
+                    raise ValueError(
+                        f"{name}={getattr(self, name)} only applies to the AER methods; method={self.method!r} trains "
+                        f"without the AER bonus (leave {name} unset)"
+                    )
+            self.aer_adaptive, self.aer_difficulty_aware = False, False  # telemetry measures entropy with α = 0
+        if self.aer_telemetry is None:
+            self.aer_telemetry = method.aer
+        elif method.aer and not self.aer_telemetry:
             raise ValueError(
-                f"method={self.method!r} needs aer_alpha_init > 0 (the fixed α), got {self.aer_alpha_init}"
+                f"aer_telemetry=False: method={self.method!r} needs the entropy measurement it controls α with "
+                "(aer_telemetry only switches AER's outputs off for the other methods)"
             )
-        if self.method == "aer_c1":
-            self.aer_adaptive = False
-        elif self.method == "aer_c2c3":
-            self.aer_difficulty_aware = False
-        elif self.method == "aer_fixed":
-            self.aer_adaptive, self.aer_difficulty_aware = False, False
-        # TRL's own entropy options (entropy_coef, use_adaptive_entropy) are plain TRL features: TRL's methods (grpo,
-        # clip_higher) take them as TRL defines them (drop-in). The AER methods refuse them in _validate_aer, and the
-        # per-token exploration baselines here, since either would run two exploration terms at once.
-        if trl_entropy and self.method in ("ent_adv", "clip_cov", "kl_cov"):
+        if not method.trl_entropy and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
+            what = (
+                "AER has its own entropy bonus"
+                if method.aer
+                else f"method={self.method!r} is an exploration method of its own (two exploration terms at once)"
+            )
             raise ValueError(
-                f"entropy_coef / use_adaptive_entropy add TRL's entropy bonus; method={self.method!r} is an "
-                "exploration method of its own and would run two exploration terms at once (use method='grpo' for "
-                "TRL's entropy options)"
+                f"{what}: set entropy_coef=0.0 and use_adaptive_entropy=False (got entropy_coef={self.entropy_coef}, "
+                f"use_adaptive_entropy={self.use_adaptive_entropy}); TRL's entropy options train with "
+                "method='grpo' (or 'entropy_coef' / 'skywork')"
             )
-        if self.method == "entropy_coef":
-            if self.entropy_coef <= 0 or self.use_adaptive_entropy:
-                raise ValueError(
-                    "method='entropy_coef' needs entropy_coef > 0 and use_adaptive_entropy=False "
-                    f"(got entropy_coef={self.entropy_coef}, use_adaptive_entropy={self.use_adaptive_entropy})"
-                )
-        elif self.method == "skywork":
-            self.use_adaptive_entropy = True
-        self._resolve_clipping()
-        if self.method in ("ent_adv", "clip_cov", "kl_cov"):
-            if self.loss_type not in TOKEN_LEVEL_LOSSES or self.importance_sampling_level != "token":
-                raise ValueError(
-                    f"method={self.method!r} acts on per-token advantages/log-probabilities: it needs loss_type in "
-                    f"{list(TOKEN_LEVEL_LOSSES)} and importance_sampling_level='token' (got loss_type="
-                    f"{self.loss_type!r}, importance_sampling_level={self.importance_sampling_level!r})"
-                )
+        if method.configure is not None:
+            method.configure(self)
+        # what the method chose; for a non-AER method the AER switches resolving to off is not a choice worth logging
+        quiet = () if method.aer else ("aer_adaptive", "aer_difficulty_aware", "aer_telemetry")
+        self._method_settings = {
+            k: getattr(self, k) for k, v in before.items() if getattr(self, k) != v and k not in quiet
+        }
+        if self.epsilon is None:
+            self.epsilon = 0.2  # TRL's default; epsilon_high unset means "= epsilon" in TRL
+        for name in ("epsilon", "epsilon_high"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r} (method={self.method!r})")
+        if method.token_hook is not None and (
+            self.loss_type not in TOKEN_LEVEL_LOSSES or self.importance_sampling_level != "token"
+        ):
+            raise ValueError(
+                f"method={self.method!r} acts on per-token advantages/log-probabilities: it needs loss_type in "
+                f"{list(TOKEN_LEVEL_LOSSES)} and importance_sampling_level='token' (got loss_type="
+                f"{self.loss_type!r}, importance_sampling_level={self.importance_sampling_level!r})"
+            )
         for name in ("ent_adv_kappa", "clip_cov_ub"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -227,35 +264,6 @@ class AERConfig(GRPOConfig):
         for name in ("clip_cov_ratio", "kl_cov_ratio"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
-
-    def _resolve_clipping(self) -> None:
-        """ε and ε_high per method, in one place: a value the user set is kept or refused, never replaced."""
-        eps, high = self.epsilon, self.epsilon_high
-        if self.method == "kl_cov":
-            if eps is not None or high is not None:
-                raise ValueError(
-                    "method='kl_cov' trains KL-Cov's unclipped policy loss −A·ratio: leave epsilon and epsilon_high "
-                    f"unset (got epsilon={eps}, epsilon_high={high})"
-                )
-            self.epsilon, self.epsilon_high = 1.0, 1e9  # no clipping in effect
-            return
-        if self.method == "clip_cov":  # the paper's table: c_l = c_h = 1.0; one value given is used for both sides
-            self.epsilon = eps if eps is not None else (high if high is not None else 1.0)
-            self.epsilon_high = high if high is not None else self.epsilon
-        elif self.method == "clip_higher":
-            self.epsilon = 0.2 if eps is None else eps
-            self.epsilon_high = 0.28 if high is None else high
-        elif eps is None:
-            self.epsilon = 0.2  # TRL's default; epsilon_high unset means "= epsilon" in TRL
-        for name in ("epsilon", "epsilon_high"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r} (method={self.method!r})")
-        if self.method == "clip_higher" and self.epsilon_high <= self.epsilon:
-            raise ValueError(
-                f"method='clip_higher' needs epsilon_high > epsilon (got epsilon={self.epsilon}, "
-                f"epsilon_high={self.epsilon_high})"
-            )
 
     @classmethod
     def from_grpo_config(cls, grpo_config: GRPOConfig, **aer_fields) -> AERConfig:
@@ -300,9 +308,4 @@ class AERConfig(GRPOConfig):
         if self.num_generations is not None and self.num_generations < 2:
             raise ValueError(
                 f"num_generations must be >= 2 for AER (group accuracy needs a group), got {self.num_generations}"
-            )
-        if self.aer_enabled and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
-            raise ValueError(
-                "AER has its own entropy bonus: set entropy_coef=0.0 and use_adaptive_entropy=False "
-                f"(got entropy_coef={self.entropy_coef}, use_adaptive_entropy={self.use_adaptive_entropy})"
             )

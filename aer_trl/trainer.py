@@ -24,8 +24,8 @@ from .callback import AERCallback
 from .card import write_model_card
 from .config import AERConfig
 from .controller import BUCKETS, difficulty_buckets, difficulty_coefficients, group_accuracy, hard_mask
-from .methods import clip_cov_mask, ent_adv_advantages, kl_cov_advantages
 from .metrics import MetricsFileCallback
+from .registry import TokenBatch, get_method
 
 logger = logging.getLogger(__name__)
 
@@ -70,24 +70,34 @@ class AERGRPOTrainer(GRPOTrainer):
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = AERConfig(f"{model_name.split('/')[-1]}-AER")
         if isinstance(args, GRPOConfig) and not isinstance(args, AERConfig):
-            # a drop-in for trl.GRPOTrainer: TRL's config is taken as it is, the AER fields at their defaults
+            # a drop-in for trl.GRPOTrainer: TRL's config is taken as it is, the AER fields at their defaults; a config
+            # that asks for TRL's own entropy bonus trains it (method 'grpo'), since AER's would be a second one
+            trl_entropy = args.entropy_coef != 0.0 or args.use_adaptive_entropy
+            method = "grpo" if trl_entropy else AERConfig.method
             logger.warning(
-                "AERGRPOTrainer got a trl.GRPOConfig: converted with AERConfig.from_grpo_config (AER fields at their "
-                "defaults: method=%r); pass an AERConfig to set them",
-                AERConfig.method,
+                "AERGRPOTrainer got a trl.GRPOConfig: converted with AERConfig.from_grpo_config, method=%r%s (AER "
+                "fields at their defaults); pass an AERConfig to set them",
+                method,
+                " because it sets TRL's entropy_coef/use_adaptive_entropy" if trl_entropy else "",
             )
-            args = AERConfig.from_grpo_config(args)
+            args = AERConfig.from_grpo_config(args, method=method)
         if not isinstance(args, AERConfig):
             raise TypeError(
                 "AERGRPOTrainer needs `args` to be an aer_trl.AERConfig or a trl.GRPOConfig, got "
                 f"{type(args).__name__}"
             )
         callbacks = list(callbacks or [])
-        if not any(isinstance(cb, AERCallback) for cb in callbacks):
-            callbacks.append(AERCallback.from_args(args))
-        if not any(isinstance(cb, MetricsFileCallback) for cb in callbacks):
-            callbacks.append(MetricsFileCallback())  # <output_dir>/metrics.jsonl, whatever report_to says
+        if args.aer_telemetry:  # off (a non-AER method, not asked for): nothing of AER's, as trl.GRPOTrainer
+            if not any(isinstance(cb, AERCallback) for cb in callbacks):
+                callbacks.append(AERCallback.from_args(args))
+            if not any(isinstance(cb, MetricsFileCallback) for cb in callbacks):
+                callbacks.append(MetricsFileCallback())  # <output_dir>/metrics.jsonl, whatever report_to says
+        else:
+            self._tag_names = GRPOTrainer._tag_names  # TRL's tags on the model and its card
+        if args.method_settings:
+            logger.info("method=%r sets %s", args.method, args.method_settings)
         super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
+        self._aer_method = get_method(args.method)
         self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
         self._aer_correctness_index = resolve_correctness_index(args.aer_correctness_reward, self.reward_func_names)
         self._aer_gathered_rewards: torch.Tensor | None = None
@@ -96,7 +106,7 @@ class AERGRPOTrainer(GRPOTrainer):
         self._aer_entropy_stats: torch.Tensor | None = None  # local [sum of H over tokens, token count]
         self._aer_loss_inputs: dict | None = None  # the batch TRL's loss is reading (for the per-token baselines)
         self._aer_last_metrics: dict[str, float] = {}  # last logged aer/* values, repeated on steps without new ones
-        self._clip_cov_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
+        self._aer_token_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
 
     # ------------------------------------------------------------------------------------------------ controller
     @property
@@ -105,6 +115,11 @@ class AERGRPOTrainer(GRPOTrainer):
         for cb in self.callback_handler.callbacks:
             if isinstance(cb, AERCallback):
                 return cb
+        if not self.args.aer_telemetry:
+            raise RuntimeError(
+                f"method={self.args.method!r} trains without AER's controller (aer_telemetry is off); set "
+                "aer_telemetry=True to measure entropy as AER does"
+            )
         raise RuntimeError("AERGRPOTrainer needs an AERCallback in its callbacks; it was removed")
 
     @property
@@ -113,7 +128,7 @@ class AERGRPOTrainer(GRPOTrainer):
 
     def _load_callback_state(self) -> None:
         super()._load_callback_state()
-        if self.args.restore_callback_states_from_checkpoint:
+        if self.args.restore_callback_states_from_checkpoint or not self.args.aer_telemetry:
             return  # transformers rebuilt the callback from the checkpoint already
         # AER's controller state is part of the optimisation state: restore it even with transformers' default.
         data = self.state.stateful_callbacks.get(AERCallback.__name__)
@@ -129,6 +144,9 @@ class AERGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
+        if not self.args.aer_telemetry:
+            self._aer_gathered_rewards = None
+            return output
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         rewards = self._aer_gathered_rewards[:, self._aer_correctness_index]
@@ -264,46 +282,30 @@ class AERGRPOTrainer(GRPOTrainer):
         return logps, entropies, None
 
     def _apply_token_method(self, logps, entropies, inputs: dict):
-        """Ent-Adv / Clip-Cov / KL-Cov through one mechanism: TRL's loss reads `inputs["advantages"]` right after this
-        call, so each method hands it per-token advantages (Clip-Cov: zero for the cut tokens) and every other term
+        """The method's per-token hook (Ent-Adv, Clip-Cov, KL-Cov, or a registered one): TRL's loss reads
+        `inputs["advantages"]` right after this call, so the hook hands it per-token advantages and every other term
         of TRL's loss (KL, clipping, aggregation) is left as it is; nothing of `_compute_loss` is copied."""
-        method, args = self.args.method, self.args
-        mask = self._trained_mask(inputs).to(logps.dtype)
-        advantages = inputs["advantages"]
-        base = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # (B, 1) or already per token
         old = inputs.get("old_per_token_logps")
-        old = logps.detach() if old is None else old
+        batch = TokenBatch(
+            advantages=inputs["advantages"],
+            logps=logps,
+            old_logps=logps.detach() if old is None else old,
+            entropies=entropies,
+            mask=self._trained_mask(inputs).to(logps.dtype),
+            generator=self._aer_token_generator,
+        )
+        advantages, metrics = self._aer_method.token_hook(batch, self.args)
         mode = "train" if self.model.training else "eval"
-        n_tokens = mask.sum().clamp(min=1.0)
-        if method == "ent_adv":
-            new_adv = ent_adv_advantages(advantages, entropies, mask, args.ent_adv_alpha, args.ent_adv_kappa)
-            self._metrics[mode]["ent_adv/bonus_mean"].append((((new_adv - base) * mask).sum() / n_tokens).item())
-            inputs["advantages"] = new_adv
-        elif method == "clip_cov":
-            cut = clip_cov_mask(
-                advantages,
-                logps,
-                old,
-                mask,
-                args.clip_cov_ratio,
-                args.clip_cov_lb,
-                args.clip_cov_ub,
-                args.epsilon,
-                args.epsilon_high,
-                self._clip_cov_generator,
-            )
-            self._metrics[mode]["clip_cov/zeroed_fraction"].append((cut.sum() / n_tokens).item())
-            # a zero advantage removes exactly the policy-gradient term of a cut token (verl masks pg_losses the
-            # same way); the KL term and everything else in TRL's loss keeps its gradient
-            inputs["advantages"] = torch.where(cut, torch.zeros_like(logps), base.expand_as(logps).to(logps.dtype))
-        elif method == "kl_cov":
-            new_adv, selected = kl_cov_advantages(advantages, logps, old, mask, args.kl_cov_ratio, args.kl_cov_coef)
-            self._metrics[mode]["kl_cov/penalized_fraction"].append((selected.sum() / n_tokens).item())
-            inputs["advantages"] = new_adv
+        for key, value in metrics.items():
+            self._metrics[mode][key].append(value)
+        inputs["advantages"] = advantages
         return logps
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.args.method in ("ent_adv", "clip_cov", "kl_cov"):
+        hook = self._aer_method.token_hook is not None
+        if not (hook or self.args.aer_telemetry):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)  # TRL's loss, untouched
+        if hook:
             inputs = dict(inputs)  # a shallow copy: the buffered rollout batch is left as it was
             self._aer_loss_inputs = inputs
         self._aer_capture_entropy, self._aer_entropies = True, None
@@ -325,7 +327,7 @@ class AERGRPOTrainer(GRPOTrainer):
             lam = lam.to(device=seq_entropy.device, dtype=seq_entropy.dtype, non_blocking=True)
             loss = loss - (lam * seq_entropy).mean() / accumulation_factor
 
-        if mode == "train":
+        if mode == "train" and self.args.aer_telemetry:
             # [Σ H, token count, then Σ H and token count per difficulty bucket]: summed over micro-batches and
             # reduced over processes together at the end of the rollout batch
             seq_sum, seq_count = (entropies.detach() * mask).sum(-1).float(), mask.sum(-1).float()
@@ -343,7 +345,7 @@ class AERGRPOTrainer(GRPOTrainer):
 
     def training_step(self, model, inputs, num_items_in_batch):
         loss = super().training_step(model, inputs, num_items_in_batch)
-        if self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
+        if self.args.aer_telemetry and self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
             self._aer_finish_iteration()
         return loss
 
@@ -370,7 +372,7 @@ class AERGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------------------------------------ logging
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if not any(key.startswith("eval_") for key in logs):
+        if self.args.aer_telemetry and not any(key.startswith("eval_") for key in logs):
             # a logging step without a new rollout batch (steps_per_generation > gradient_accumulation_steps) still
             # carries every aer/* metric: the value of the last rollout batch (TRL's fresh averages replace these)
             for key, values in self._metrics["train"].items():

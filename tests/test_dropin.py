@@ -40,6 +40,45 @@ def test_trls_entropy_options_work_with_trls_method_as_trl_defines_them(tmp_path
         AERConfig(**common)
 
 
+def _card(trainer, out):
+    trainer.create_model_card(model_name="tiny")
+    return (out / "README.md").read_text().replace(str(out), "OUT")
+
+
+def test_trls_method_trains_logs_and_writes_its_card_exactly_as_trl(tmp_path):
+    """method='grpo' (AER's outputs off, the default for a non-AER method): the same losses, the same logged keys,
+    no metrics.jsonl, TRL's tags and TRL's model card; switching the measurements on changes no number trained."""
+    common = helpers.config_kwargs(tmp_path / "trl", max_steps=2)
+    reference = _trainer(GRPOTrainer, GRPOConfig(**common))
+    reference.train()
+    ours = _trainer(AERGRPOTrainer, AERConfig(**common, method="grpo"))  # same output_dir: the card names it
+    assert ours.args.aer_telemetry is False
+    ours.train()
+    logs = [[r for r in t.state.log_history if "loss" in r] for t in (reference, ours)]
+    assert [r["loss"] for r in logs[0]] == [r["loss"] for r in logs[1]]
+    assert [sorted(r) for r in logs[0]] == [sorted(r) for r in logs[1]]  # no aer/* key added
+    assert not (tmp_path / "trl" / "metrics.jsonl").exists()
+    assert ours.model.model_tags == reference.model.model_tags
+    assert _card(ours, tmp_path / "trl") == _card(reference, tmp_path / "trl")
+
+    measured = _trainer(
+        AERGRPOTrainer, helpers.make_config(tmp_path / "m", max_steps=2, method="grpo", aer_telemetry=True)
+    )
+    measured.train()
+    assert [r["loss"] for r in measured.state.log_history if "loss" in r] == [r["loss"] for r in logs[0]]
+    assert "aer/entropy" in measured.state.log_history[0] and (tmp_path / "m" / "metrics.jsonl").exists()
+    with pytest.raises(RuntimeError, match="aer_telemetry is off"):
+        _ = ours.aer_callback
+
+
+def test_a_plain_grpo_config_with_trls_entropy_bonus_trains_trls_method(tmp_path, caplog):
+    grpo = GRPOConfig(**helpers.config_kwargs(tmp_path, max_steps=1, entropy_coef=0.05))
+    with caplog.at_level("WARNING", logger="aer_trl.trainer"):
+        trainer = _trainer(AERGRPOTrainer, grpo)
+    assert trainer.args.method == "grpo" and trainer.args.entropy_coef == 0.05
+    assert "because it sets TRL's entropy_coef" in caplog.text
+
+
 def test_save_steps_untouched_for_trls_methods(tmp_path):
     kw = helpers.config_kwargs(tmp_path, steps_per_generation=2, save_strategy="steps", save_steps=1)
     assert AERConfig(**kw, method="grpo").save_steps == 1

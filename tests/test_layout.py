@@ -7,8 +7,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "aer_trl"
 
 # module (path under aer_trl/, without .py) -> floor; docs/design.md §0 draws the same table
 FLOORS = {
-    "controller": 1, "methods": 1, "config": 1, "prompts": 1, "rewards": 1, "verifier": 1, "stats": 1, "io": 1,
-    "gguf": 1, "evaluation/passk": 1, "evaluation/sampling": 1, "evaluation/store": 1, "evaluation/args": 1,
+    "controller": 1, "methods": 1, "registry": 1, "config": 1, "prompts": 1, "rewards": 1, "verifier": 1, "stats": 1,
+    "io": 1, "gguf": 1, "evaluation/passk": 1, "evaluation/sampling": 1, "evaluation/store": 1, "evaluation/args": 1,
     "callback": 2, "sources": 2, "data": 2, "evaluation/harness": 2, "evaluation/plan": 2,
     "evaluation/backends": 2, "evaluation/scoring": 2, "evaluation/reports": 2, "lab/warmstart": 2, "lab/tasks": 2,
     "lab/model": 2, "lab/tokenizer": 2, "lab/rewards": 2, "lab/report": 2,

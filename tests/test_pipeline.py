@@ -16,7 +16,10 @@ def test_demo_quick_runs_the_whole_pipeline(tmp_path):
     summary = demo.main(["--quick", "--output_dir", str(tmp_path / "demo"), "--lab_cache_dir", str(tmp_path / "lab")])
     out = tmp_path / "demo"
     assert (out / "figure.png").stat().st_size > 10_000
-    assert "| aer | 1 |" in (out / "passk.md").read_text() and "| grpo | 1 |" in (out / "passk.md").read_text()
+    assert (
+        "| AER-GRPO (`aer`) | 1 |" in (out / "passk.md").read_text()
+        and "| GRPO (`grpo`) | 1 |" in (out / "passk.md").read_text()
+    )
     for method in ("grpo", "aer"):
         records = read_metrics(out / f"{method}-seed0" / "metrics.jsonl")
         assert [r["step"] for r in records if "loss" in r] == list(range(1, 9))

@@ -6,6 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..evaluation import passk_summary, sample_completions
+from ..registry import method_title
 from ..rewards import math_accuracy_reward
 
 KS = (1, 2, 4, 8, 16)
@@ -49,13 +50,14 @@ def evaluate_pass_at_k(
 
 
 def passk_markdown(results: dict[str, list[dict]], group: str = "all") -> str:
-    """Rows: methods (mean over seeds); columns: pass@k in %."""
+    """Rows: methods by their registry title (mean over seeds; another label as it is); columns: pass@k in %."""
     first = next(iter(results.values()))[0][group]
     ks = sorted(first)
     lines = ["| method | seeds | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---|---|" + "---|" * len(ks)]
     for method, per_seed in results.items():
         means = [sum(r[group][k] for r in per_seed) / len(per_seed) for k in ks]
-        lines.append(f"| {method} | {len(per_seed)} | " + " | ".join(f"{100 * m:.1f}" for m in means) + " |")
+        label = f"{method_title(method)} (`{method}`)" if method_title(method) != method else method
+        lines.append(f"| {label} | {len(per_seed)} | " + " | ".join(f"{100 * m:.1f}" for m in means) + " |")
     return "\n".join(lines)
 
 
