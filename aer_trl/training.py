@@ -1,8 +1,10 @@
-"""Training entry point shared by `recipes/train.py`, the lab demo and the notebooks.
+"""One training run, from the three argument groups a recipe parses into; shared by the command line
+(`aer_trl/run.py`, `recipes/train.py`), the lab demo and the notebooks.
 
-`train(script_args, training_args, model_args)` reads as: parse (done by the caller), resolve the data source
-(`aer_trl.sources`: its data, prompt format, reward and default model), build `AERGRPOTrainer`, train (resuming when
-asked), save, write the model card, push when `push_to_hub` is set.
+`train(script_args, training_args, model_args)` reads as: resolve the data source (`aer_trl.sources`: its data,
+prompt format, reward and default model), build `AERGRPOTrainer`, train (resuming when asked), save, write the model
+card, push when `push_to_hub` is set. `train_recipe(recipe, overrides)` parses a YAML recipe first, as the command
+line does.
 """
 
 from __future__ import annotations
@@ -239,3 +241,17 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
         trainer.push_to_hub()
         trainer.accelerator.print(f"Model pushed to the Hub: {trainer.hub_model_id}")
     return trainer
+
+
+def parse_recipe(args: list[str]):
+    """(script_args, training_args, model_args) from command-line style arguments (`--config recipe.yaml` and flags
+    that override it), as `recipes/train.py` parses them."""
+    from trl import ModelConfig, TrlParser
+
+    return TrlParser((AERScriptArguments, AERConfig, ModelConfig)).parse_args_and_config(args=args)
+
+
+def train_recipe(recipe: str | Path, overrides: list[str] = ()):
+    """Train one YAML recipe with command-line style overrides; returns (script_args, training_args, trainer)."""
+    script_args, training_args, model_args = parse_recipe(["--config", str(recipe), *overrides])
+    return script_args, training_args, train(script_args, training_args, model_args)

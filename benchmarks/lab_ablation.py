@@ -37,9 +37,10 @@ import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from aer_trl.resources import recipes_dir  # noqa: E402
 from aer_trl.stats import interval  # noqa: E402
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes" / "lab"
+RECIPES = recipes_dir("lab")
 STUDIES = {
     "table1": [(m, m, []) for m in ("grpo", "clip_higher", "ent_adv", "kl_cov", "clip_cov", "aer")],
     # C1 twice: at the recipe's α = 0.1 (the most full AER's α may reach) and at the fixed coefficient's 0.02, so that
@@ -87,16 +88,16 @@ def cell_dir(method: str, extra: list[str], seed: int, args) -> Path:
 def run_cell(study: str, name: str, method: str, extra: list[str], seed: int, args, held_out) -> dict:
     """Train and evaluate one cell unless its result is on disk; the result is written last, atomically."""
     from aer_trl.io import atomic_write
-    from aer_trl.lab.demo import run_recipe
     from aer_trl.lab.report import evaluate_pass_at_k
     from aer_trl.metrics import read_metrics
+    from aer_trl.training import train_recipe
 
     cell_dir_ = cell_dir(method, extra, seed, args)
     result_path = cell_dir_ / "cell.json"
     if result_path.exists():
         return {**json.loads(result_path.read_text()), "study": study, "name": name}
     start = time.perf_counter()
-    run_recipe(
+    train_recipe(
         RECIPES / f"{method}.yaml",
         [
             "--lab_cache_dir",

@@ -65,9 +65,11 @@ def test_lab_ablation_is_resumable_and_aggregates_with_intervals(tmp_path, monke
     assert "| aer_rho0.0 | 2 |" in table and "95% Student-t" in table and "--max_steps 4" in table
     assert (tmp_path / "abl" / "rho.png").stat().st_size > 5000
 
-    from aer_trl.lab import demo
+    from aer_trl import training
 
-    monkeypatch.setattr(demo, "run_recipe", lambda *a, **k: (_ for _ in ()).throw(AssertionError("reran a cell")))
+    monkeypatch.setattr(
+        training, "train_recipe", lambda *a, **k: (_ for _ in ()).throw(AssertionError("reran a cell"))
+    )
     rerun = lab_ablation.main([*common, *tiny()])  # every cell is on disk: nothing is trained again
     assert rerun["aer_rho0.2"]["pass@1"] == rows["aer_rho0.2"]["pass@1"]
     again = lab_ablation.main([*common, *tiny(), "--aggregate_only"])
@@ -84,7 +86,7 @@ def test_lab_ablation_is_resumable_and_aggregates_with_intervals(tmp_path, monke
 def test_lab_ablation_studies_share_runs_and_sweep_values_win(tmp_path, monkeypatch):
     import lab_ablation
 
-    from aer_trl.lab import demo
+    from aer_trl import training
 
     calls = []
 
@@ -92,7 +94,7 @@ def test_lab_ablation_studies_share_runs_and_sweep_values_win(tmp_path, monkeypa
         calls.append((recipe.stem, overrides))
         raise KeyboardInterrupt  # stop at the first training run: only the plan is checked here
 
-    monkeypatch.setattr(demo, "run_recipe", fake_run)
+    monkeypatch.setattr(training, "train_recipe", fake_run)
     args = argparse.Namespace(output_dir=str(tmp_path), recipe_overrides=["--aer_rho", "0.9"])
     args.eval_per_tier, args.eval_samples, args.lab_cache_dir = 2, 4, str(tmp_path / "lab")
     dirs = {

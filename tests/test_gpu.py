@@ -42,9 +42,10 @@ def test_bf16_aer_training_on_cuda(tmp_path):
 
 def test_lab_recipe_on_cuda_with_the_warm_start_built_in_process(tmp_path):
     from aer_trl.lab import demo
+    from aer_trl.training import train_recipe
 
     overrides = [*demo.QUICK_OVERRIDES, "--max_steps", "4", "--lab_cache_dir", str(tmp_path / "lab")]
-    _, _, trainer = demo.run_recipe(
+    _, _, trainer = train_recipe(
         demo.RECIPES / "aer.yaml", [*overrides, "--use_cpu", "false", "--output_dir", str(tmp_path / "run")]
     )
     assert trainer.accelerator.device.type == "cuda"

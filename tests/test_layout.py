@@ -8,11 +8,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "aer_trl"
 # module (path under aer_trl/, without .py) -> floor; docs/design.md §0 draws the same table
 FLOORS = {
     "controller": 1, "methods": 1, "registry": 1, "config": 1, "prompts": 1, "rewards": 1, "verifier": 1, "stats": 1,
-    "io": 1, "gguf": 1, "evaluation/passk": 1, "evaluation/sampling": 1, "evaluation/store": 1, "evaluation/args": 1,
+    "io": 1, "gguf": 1, "resources": 1, "evaluation/passk": 1, "evaluation/sampling": 1, "evaluation/store": 1,
+    "evaluation/args": 1,
     "callback": 2, "sources": 2, "data": 2, "evaluation/harness": 2, "evaluation/plan": 2,
     "evaluation/backends": 2, "evaluation/scoring": 2, "evaluation/reports": 2, "lab/warmstart": 2, "lab/tasks": 2,
     "lab/model": 2, "lab/tokenizer": 2, "lab/rewards": 2, "lab/report": 2,
-    "trainer": 3, "metrics": 3, "evaluation/callback": 3, "card": 3,
+    "trainer": 3, "training": 3, "metrics": 3, "evaluation/callback": 3, "card": 3,
     "run": 4, "lab/demo": 4, "lab/real_study": 4, "evaluation/__main__": 4, "notebooks": 4,
 }  # fmt: skip
 
@@ -61,3 +62,9 @@ def test_no_import_goes_up_a_floor():
             if FLOORS[other] > FLOORS[me]:
                 upward.append(f"{me} (floor {FLOORS[me]}) imports {other} (floor {FLOORS[other]})")
     assert not upward, "\n".join(sorted(upward))
+
+
+def test_nothing_imports_the_command_line():
+    """`run.py` is the command line only: the lab, the notebooks and the studies train through `training.py`."""
+    importers = [_module_name(p) for p in PACKAGE.rglob("*.py") if "run" in _imports(p)]
+    assert importers == []

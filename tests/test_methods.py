@@ -132,44 +132,31 @@ def test_each_lab_recipe_trains_two_steps(tmp_path, recipe):
     sys.path.insert(0, str(ROOT / "recipes"))
     import train  # recipes/train.py
 
-    trainer = {}
-    from aer_trl import run
-
-    original = run.train
-
-    def keep(*a, **k):
-        trainer["t"] = original(*a, **k)
-        return trainer["t"]
-
-    train.train = keep
-    try:
-        train.main(
-            [
-                "--config",
-                str(recipe),
-                "--output_dir",
-                str(tmp_path),
-                "--lab_warm_start",
-                "tiny",
-                "--lab_cache_dir",
-                str(ROOT / "runs" / "test-lab-cache"),
-                "--lab_train_size",
-                "32",
-                "--per_device_train_batch_size",
-                "16",
-                "--num_generations",
-                "4",
-                "--max_steps",
-                "2",
-                "--logging_steps",
-                "1",
-                "--disable_tqdm",
-                "true",
-            ]
-        )
-    finally:
-        train.train = original
-    logs = [h for h in trainer["t"].state.log_history if "loss" in h]
-    assert len(logs) == 2 and trainer["t"].args.method == recipe.stem
+    trainer = train.main(
+        [
+            "--config",
+            str(recipe),
+            "--output_dir",
+            str(tmp_path),
+            "--lab_warm_start",
+            "tiny",
+            "--lab_cache_dir",
+            str(ROOT / "runs" / "test-lab-cache"),
+            "--lab_train_size",
+            "32",
+            "--per_device_train_batch_size",
+            "16",
+            "--num_generations",
+            "4",
+            "--max_steps",
+            "2",
+            "--logging_steps",
+            "1",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and trainer.args.method == recipe.stem
     if recipe.stem in METRIC:
         assert all(METRIC[recipe.stem] in h for h in logs), METRIC[recipe.stem]

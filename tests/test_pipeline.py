@@ -8,6 +8,7 @@ import pytest
 
 from aer_trl.lab import demo
 from aer_trl.metrics import read_metrics
+from aer_trl.training import train_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,8 +40,10 @@ def test_train_script_default_is_the_lab(tmp_path, monkeypatch):
     sys.path.insert(0, str(ROOT / "recipes"))
     import train  # recipes/train.py
 
+    import aer_trl.run
+
     captured = {}
-    monkeypatch.setattr(train, "train", lambda s, t, m: captured.update(script=s, training=t, model=m))
+    monkeypatch.setattr(aer_trl.run, "train", lambda s, t, m: captured.update(script=s, training=t, model=m))
     train.main(["--output_dir", str(tmp_path)])
     assert captured["script"].dataset_name == "lab" and captured["model"].model_name_or_path is None
     assert captured["training"].use_cpu and captured["training"].method == "aer"
@@ -48,7 +51,7 @@ def test_train_script_default_is_the_lab(tmp_path, monkeypatch):
 
 
 def test_unknown_reward_is_a_clear_error():
-    from aer_trl.run import resolve_reward_funcs
+    from aer_trl.training import resolve_reward_funcs
 
     with pytest.raises(ValueError, match="unknown reward 'nope'"):
         resolve_reward_funcs(["nope"])
@@ -101,7 +104,7 @@ def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
 
 
 def test_resume_values_are_checked(tmp_path):
-    from aer_trl.run import resolve_resume
+    from aer_trl.training import resolve_resume
 
     assert resolve_resume("false", str(tmp_path)) is None and resolve_resume(None, str(tmp_path)) is None
     with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
@@ -113,8 +116,8 @@ def test_resume_values_are_checked(tmp_path):
 def test_a_half_specified_real_run_is_refused():
     from trl import ModelConfig
 
-    from aer_trl.run import check_model_given
     from aer_trl.sources import get_source
+    from aer_trl.training import check_model_given
 
     with pytest.raises(ValueError, match="dataset_name: say what to train on"):
         get_source(None)
@@ -133,7 +136,7 @@ def test_the_same_seed_gives_the_same_lab_run(tmp_path):
 
     def run(name, seed):
         overrides = [*demo.QUICK_OVERRIDES, "--max_steps", "8", "--lab_cache_dir", str(tmp_path / "lab")]
-        demo.run_recipe(demo.RECIPES / "aer.yaml", [*overrides, "--output_dir", str(tmp_path / name), "--seed", seed])
+        train_recipe(demo.RECIPES / "aer.yaml", [*overrides, "--output_dir", str(tmp_path / name), "--seed", seed])
         return [
             {k: v for k, v in r.items() if k not in timing} for r in read_metrics(tmp_path / name / "metrics.jsonl")
         ]

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from aer_trl.gguf import convert_gguf
-
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 RECIPE = ROOT / "recipes" / "smollm2_135m_instruct" / "gsm8k" / "aer.yaml"
@@ -47,25 +45,6 @@ def trained(smollm2, tmp_path_factory):
         ]
     )
     return out, trainer
-
-
-def test_gguf_conversion_is_a_plain_cached_model_folder(smollm2):
-    from transformers import AutoConfig
-
-    assert (smollm2 / "model.safetensors").is_file() and (smollm2 / "chat_template.jinja").is_file()
-    config = AutoConfig.from_pretrained(smollm2)
-    assert config.model_type == "llama" and config.vocab_size == 49152
-    assert getattr(config, "quantization_config", None) is None
-    assert convert_gguf(output_dir=smollm2) == smollm2  # cached: the marker matches, nothing is redone
-
-
-def test_gguf_errors_name_the_problem(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no such file"):
-        convert_gguf(tmp_path / "missing.gguf")
-    bad = tmp_path / "bad.gguf"
-    bad.write_bytes(b"not a gguf file at all" * 10)
-    with pytest.raises(Exception, match="bad.gguf|GGUF|gguf"):
-        convert_gguf(bad, tmp_path / "out")
 
 
 def test_aer_trains_the_real_model_and_writes_card_and_checkpoint(trained):

@@ -9,12 +9,13 @@ import pytest
 from trl import ModelConfig, TrlParser
 
 from aer_trl import AERConfig
-from aer_trl.run import AERScriptArguments
+from aer_trl.resources import recipe_path, recipes_dir
+from aer_trl.training import AERScriptArguments
 from tests import helpers
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = sorted(
-    p for p in (ROOT / "recipes").rglob("*.yaml") if "accelerate_configs" not in p.parts and "eval" not in p.parts
+RECIPES = sorted(  # the package's copies; recipes/<setting> in the repository links to them
+    p for p in recipes_dir().rglob("*.yaml") if "accelerate_configs" not in p.parts and "eval" not in p.parts
 )
 EVAL_RECIPES = sorted((ROOT / "recipes" / "eval").glob("*.yaml"))
 ACCELERATE_CONFIGS = sorted((ROOT / "recipes" / "accelerate_configs").glob("*.yaml"))
@@ -65,7 +66,7 @@ def test_accelerate_configs_load(config):
 def test_cpu_runs_use_the_machines_cores(tmp_path, monkeypatch):
     import torch
 
-    from aer_trl.run import use_cpu_cores
+    from aer_trl.training import use_cpu_cores
 
     config = AERConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
     before = torch.get_num_threads()
@@ -170,3 +171,14 @@ def test_eval_recipes_load_in_strict_mode(recipe):
 
     (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=["--config", str(recipe)])
     assert args.num_samples >= max(args.k_list) and args.benchmarks
+
+
+def test_the_repositorys_recipe_folders_are_the_packages():
+    """One copy of each recipe: recipes/<setting> links into aer_trl/recipes/, which the wheel ships."""
+    linked = sorted(p.name for p in (ROOT / "recipes").iterdir() if p.is_symlink())
+    assert linked == sorted(p.name for p in recipes_dir().iterdir() if p.is_dir())
+    assert (ROOT / "recipes" / "lab" / "aer.yaml").resolve() == recipe_path("lab", "aer").resolve()
+    with pytest.raises(FileNotFoundError, match=r"no recipe 'nope' for 'lab'.*known: \['aer'"):
+        recipe_path("lab", "nope")
+    with pytest.raises(FileNotFoundError, match="no recipe folder 'nowhere'"):
+        recipes_dir("nowhere")

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from aer_trl.lab.tasks import arithmetic_splits
-from aer_trl.run import AERScriptArguments
 from aer_trl.sources import DataSource, get_source, register_source, resolve_format
+from aer_trl.training import AERScriptArguments
 
 
 def test_arithmetic_splits_are_disjoint_on_every_tier_and_fixed():

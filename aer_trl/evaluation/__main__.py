@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 
@@ -19,5 +18,10 @@ def main(argv=None) -> dict:
     return metrics
 
 
+def cli() -> None:
+    """The console script `aer-evaluate`: main's return value is for Python callers, not an exit status."""
+    main()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli()

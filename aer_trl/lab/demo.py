@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 
 from ..metrics import read_metrics
+from ..resources import recipes_dir
+from ..training import train_recipe
 from .report import evaluate_pass_at_k, passk_markdown, plot_entropy, plot_runs, summary_markdown
 from .tasks import make_arithmetic_dataset
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes" / "lab"
+RECIPES = recipes_dir("lab")  # shipped inside the package: the demo runs from a wheel too
 # a lab run in seconds (the tiny warm start, 64 problems, 16 completions a step): checks a pipeline, proves nothing
 QUICK_OVERRIDES = [
     "--lab_warm_start",
@@ -53,18 +55,6 @@ def held_out_set(per_tier: int, train_prompts: set[str]):
         except ValueError:
             parts.append(make_arithmetic_dataset(per_tier, seed=10_000 + tier, tiers=[tier]))
     return concatenate_datasets(parts)
-
-
-def run_recipe(recipe: Path, overrides: list[str]):
-    from trl import ModelConfig, TrlParser
-
-    from ..config import AERConfig
-    from ..run import AERScriptArguments, train
-
-    parser = TrlParser((AERScriptArguments, AERConfig, ModelConfig))
-    script_args, training_args, model_args = parser.parse_args_and_config(args=["--config", str(recipe), *overrides])
-    trainer = train(script_args, training_args, model_args)
-    return script_args, training_args, trainer
 
 
 def main(argv=None) -> dict:
@@ -115,7 +105,7 @@ def main(argv=None) -> dict:
                 raise FileNotFoundError(f"--methods: no recipe {recipe} for method {method!r}")
             run_dir = out / f"{method}-seed{seed}"
             start = time.perf_counter()
-            script_args, training_args, _ = run_recipe(
+            script_args, training_args, _ = train_recipe(
                 recipe, [*overrides_common, "--output_dir", str(run_dir), "--seed", str(seed)]
             )
             timings[f"{method}-seed{seed}"] = time.perf_counter() - start
@@ -158,5 +148,10 @@ def main(argv=None) -> dict:
     return summary
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console script `aer-lab-demo`: main's return value is for Python callers, not an exit status."""
     main()
+
+
+if __name__ == "__main__":
+    cli()

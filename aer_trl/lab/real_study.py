@@ -36,11 +36,10 @@ import yaml
 from ..io import atomic_write
 from ..metrics import read_metrics
 from ..prompts import prompt_settings
+from ..resources import recipes_dir
 from ..stats import interval
 
-ROOT = Path(__file__).resolve().parents[2]
-RECIPES = ROOT / "recipes" / "smollm2_135m_instruct" / "arithmetic"
-TRAIN = ROOT / "recipes" / "train.py"
+RECIPES = recipes_dir("smollm2_135m_instruct/arithmetic")  # shipped inside the package
 KS = (1, 2, 4, 8, 16)
 TIER_NAMES = {"0": "1-digit +", "1": "2-digit +", "2": "1-digit ×", "3": "2-digit × 1-digit"}
 
@@ -63,7 +62,8 @@ def train_cell(method: str, seed: int, args) -> dict:
     resume = any((p / "trainer_state.json").is_file() for p in folder.glob("checkpoint-*"))
     command = [
         sys.executable,
-        str(TRAIN),
+        "-m",
+        "aer_trl.run",  # the training command line, as `aer-train`
         "--config",
         str(Path(args.recipes_dir) / f"{method}.yaml"),
         *args.recipe_overrides,
@@ -396,5 +396,10 @@ def main(argv=None) -> dict:
     return rows
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console script `aer-real-study`: main's return value is for Python callers, not an exit status."""
     main()
+
+
+if __name__ == "__main__":
+    cli()

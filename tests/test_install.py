@@ -1,0 +1,49 @@
+"""The package installed from its wheel, outside the repository: the recipes ship inside it, the console scripts
+exist, and the lab demo runs a few steps from a folder that has no checkout in it."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_wheel_installed_elsewhere_runs_the_lab_demo(tmp_path):
+    # build from a copy of what the wheel is made of, so the checkout gets no build/ folder
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", src)
+    shutil.copy(ROOT / "README.md", src)
+    shutil.copytree(ROOT / "aer_trl", src / "aer_trl", ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)], check=True
+    )
+    (wheel,) = (tmp_path / "dist").glob("aer_trl-*.whl")
+    site = tmp_path / "site"
+    subprocess.run([*pip, "install", "--no-deps", "--no-compile", "--target", str(site), str(wheel)], check=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1"}
+
+    def run(*cmd):
+        return subprocess.run(cmd, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)
+
+    where = run(
+        sys.executable, "-c", "import aer_trl.resources as r; print(r.__file__); print(r.recipe_path('lab', 'aer'))"
+    )
+    assert where.returncode == 0, where.stderr
+    module, recipe = where.stdout.split()
+    assert module.startswith(str(site)) and recipe.startswith(str(site))  # the installed copy, not the checkout
+    assert run(sys.executable, "-m", "aer_trl.evaluation", "--help").returncode == 0
+    for script in ("aer-train", "aer-evaluate", "aer-lab-demo", "aer-real-study"):
+        assert run(str(site / "bin" / script), "--help").returncode == 0, script
+    demo = run(str(site / "bin" / "aer-lab-demo"), "--quick", "--output_dir", "demo", "--lab_cache_dir", "cache")
+    assert demo.returncode == 0, demo.stderr[-3000:]  # the exit status of a run that worked is 0
+    assert "| AER-GRPO (`aer`) | 1 |" in (elsewhere / "demo" / "passk.md").read_text()
+    assert (elsewhere / "demo" / "aer-seed0" / "metrics.jsonl").is_file()
