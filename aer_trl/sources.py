@@ -1,7 +1,7 @@
 """Data sources: what a run trains and evaluates on, asked for by name (`dataset_name`, `benchmarks`).
 
 A source knows how to load its splits, its prompt format's defaults and few-shot pool, its reward, its default
-model (if any) and the line the model card says about it. The entry point (`aer_trl.run`) and the evaluation
+model (if any) and the line the model card says about it. A training run (`aer_trl.training`) and the evaluation
 harness ask `get_source(name)` and never branch on what the data is:
 
 - `lab`: the laptop lab's synthetic arithmetic as raw text (`3+4=`) for its warm-started character-level model.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from datasets import Dataset
 
@@ -25,7 +25,38 @@ from .prompts import BOXED_INSTRUCTION, PromptArguments, PromptFormat, draw_shot
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DataSource", "PromptArguments", "get_source", "register_source", "resolve_format", "SOURCE_REGISTRY"]
+__all__ = [
+    "ArithmeticArguments",
+    "DataSource",
+    "PromptArguments",
+    "get_source",
+    "register_source",
+    "resolve_format",
+    "SOURCE_REGISTRY",
+]
+
+
+@dataclass
+class ArithmeticArguments:
+    """The options of the `lab` and `arithmetic` sources (recipe keys; other sources ignore them)."""
+
+    lab_train_size: int = field(
+        default=4096, metadata={"help": "'lab' and 'arithmetic': number of training problems."}
+    )
+    lab_data_seed: int = field(default=0, metadata={"help": "'lab' and 'arithmetic': seed of the training problems."})
+    lab_tiers: list[int] | None = field(
+        default=None, metadata={"help": "'lab' and 'arithmetic': difficulty tiers to train on (default: all)."}
+    )
+    arithmetic_test_per_tier: int = field(
+        default=32, metadata={"help": "'arithmetic': held-out problems per tier (the 'test' split, never trained on)."}
+    )
+    lab_warm_start: str = field(
+        default="default",
+        metadata={"help": "Lab only: warm-start preset, 'default' (0.8M parameters) or 'tiny' (for quick checks)."},
+    )
+    lab_cache_dir: str = field(
+        default="runs/lab", metadata={"help": "Lab only: where the warm-started model is cached."}
+    )
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from .evaluation.harness import check_model
 from .gguf import resolve_model
 from .lab.rewards import lab_accuracy_reward
 from .rewards import math_accuracy_reward
-from .sources import PromptArguments, get_source, resolve_format
+from .sources import ArithmeticArguments, PromptArguments, get_source, resolve_format
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +34,10 @@ REWARD_FUNCS = {
 
 
 @dataclass
-class AERScriptArguments(PromptArguments):
-    """What to train on and with which rewards; the training knobs live in `AERConfig`, the model in `ModelConfig`."""
+class AERScriptArguments(PromptArguments, ArithmeticArguments):
+    """What to train on and with which rewards; the training knobs live in `AERConfig`, the model in `ModelConfig`.
+    The prompt-format keys come from `prompts.PromptArguments`, the arithmetic sources' own options from
+    `sources.ArithmeticArguments`."""
 
     dataset_name: str | None = field(
         default=None,
@@ -56,23 +58,6 @@ class AERScriptArguments(PromptArguments):
             "The first defines correctness for AER unless aer_correctness_reward says otherwise. Unset: the data "
             "source's reward (math_accuracy; lab_accuracy for 'lab' and 'arithmetic')."
         },
-    )
-    lab_train_size: int = field(
-        default=4096, metadata={"help": "'lab' and 'arithmetic': number of training problems."}
-    )
-    lab_data_seed: int = field(default=0, metadata={"help": "'lab' and 'arithmetic': seed of the training problems."})
-    lab_tiers: list[int] | None = field(
-        default=None, metadata={"help": "'lab' and 'arithmetic': difficulty tiers to train on (default: all)."}
-    )
-    arithmetic_test_per_tier: int = field(
-        default=32, metadata={"help": "'arithmetic': held-out problems per tier (the 'test' split, never trained on)."}
-    )
-    lab_warm_start: str = field(
-        default="default",
-        metadata={"help": "Lab only: warm-start preset, 'default' (0.8M parameters) or 'tiny' (for quick checks)."},
-    )
-    lab_cache_dir: str = field(
-        default="runs/lab", metadata={"help": "Lab only: where the warm-started model is cached."}
     )
     # checkpoint selection during training (the paper: pass@1 on AIME25 every 20 optimizer steps)
     eval_benchmark: str | None = field(
