@@ -8,6 +8,16 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from .io import atomic_write
+
+
+def _up_to_checkpoint(line: str, state) -> bool:
+    """Whether a metrics.jsonl line belongs to the steps up to the checkpoint (a torn last line does not)."""
+    try:
+        return json.loads(line).get("step", 0) <= state.global_step
+    except json.JSONDecodeError:
+        return False
+
 
 class MetricsFileCallback(TrainerCallback):
     """Appends every logged dict (with `step`) to `<output_dir>/metrics.jsonl` on the main process."""
@@ -20,8 +30,13 @@ class MetricsFileCallback(TrainerCallback):
             self.path = Path(args.output_dir) / "metrics.jsonl"
         if state.is_world_process_zero:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            if not state.global_step:  # a fresh run starts a fresh log; a resumed one appends
+            if not state.global_step:  # a fresh run starts a fresh log
                 self.path.write_text("")
+            elif self.path.is_file():
+                # a resumed one appends, after dropping what the killed run logged past the checkpoint it resumes
+                # from (those steps are trained and logged again: kept, they would be counted twice)
+                kept = [line for line in self.path.read_text().splitlines(keepends=True) if _up_to_checkpoint(line, state)]
+                atomic_write(self.path, "".join(kept))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:

@@ -124,3 +124,8 @@ def test_a_stop_inside_a_rollout_batch_writes_no_checkpoint_there_and_resumes_ex
     alphas = [[h["alpha"] for h in t.aer_callback.controller.history] for t in (resumed, full)]
     assert alphas[0] == pytest.approx(alphas[1]) and len(alphas[0]) == 3
     assert resumed.aer_callback.initial_entropy == full.aer_callback.initial_entropy
+    # the killed run's step 3 (past checkpoint-2) is trained and logged again, and counted once
+    from aer_trl.metrics import read_metrics
+
+    logged = [r["step"] for r in read_metrics(tmp_path / "stopped" / "metrics.jsonl") if "loss" in r]
+    assert logged == [1, 2, 3, 4, 5, 6]
