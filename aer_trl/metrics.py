@@ -35,8 +35,8 @@ class MetricsFileCallback(TrainerCallback):
             elif self.path.is_file():
                 # a resumed one appends, after dropping what the killed run logged past the checkpoint it resumes
                 # from (those steps are trained and logged again: kept, they would be counted twice)
-                kept = [line for line in self.path.read_text().splitlines(keepends=True) if _up_to_checkpoint(line, state)]
-                atomic_write(self.path, "".join(kept))
+                lines = self.path.read_text().splitlines(keepends=True)
+                atomic_write(self.path, "".join(line for line in lines if _up_to_checkpoint(line, state)))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
