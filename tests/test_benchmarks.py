@@ -110,10 +110,3 @@ def test_lab_ablation_studies_share_runs_and_sweep_values_win(tmp_path, monkeypa
         lab_ablation.run_cell("rho", "aer_rho0.5", "aer", ["--aer_rho", "0.5"], 0, args, held_out=None)
     overrides = calls[0][1]
     assert overrides[overrides.index("--aer_rho", overrides.index("0.9")) + 1] == "0.5"  # the sweep's value last
-
-
-def test_t_interval():
-    import lab_ablation
-
-    mean, half = lab_ablation.interval([1.0, 2.0, 3.0])
-    assert mean == 2.0 and abs(half - 4.303 * 1.0 / 3**0.5) < 1e-9

@@ -1,0 +1,43 @@
+"""aer_trl.card: TRL's model card for the method trained; with AER's outputs on, a section with the method's settings
+and AER's controller state, links only to what exists on the Hub, the AER paper cited."""
+
+import pytest
+
+from aer_trl import AERGRPOTrainer
+from aer_trl.data import SOURCES
+from tests import helpers
+
+
+def _card(tmp_path, dataset_name, **config):
+    tokenizer = helpers.make_tokenizer()
+    trainer = AERGRPOTrainer(
+        model=helpers.make_model(tokenizer),
+        reward_funcs=[helpers.even_length_reward],
+        args=helpers.make_config(tmp_path, **config),
+        train_dataset=helpers.make_dataset(),
+        processing_class=tokenizer,
+        dataset_name=dataset_name,
+    )
+    trainer.create_model_card()
+    return (tmp_path / "README.md").read_text()
+
+
+def test_an_aer_card_has_the_settings_and_controller_state_and_links_only_what_exists(tmp_path):
+    card = _card(tmp_path, "deepscaler", aer_rho=0.3)
+    assert "## Training method: AER-GRPO" in card and "arxiv.org/abs/2510.10959" in card
+    for row in ("| ρ (pivot accuracy) | 0.3 |", "| final α | 0 |", "| H0 (initial entropy) | n/a |"):
+        assert row in card, row
+    assert SOURCES["deepscaler"].hub_id in card  # a Hub data set is linked
+    assert "https://huggingface.co/None" not in card and "a fine-tuned model" in card  # no link to a base model
+
+
+@pytest.mark.parametrize("dataset_name", ["lab", "rows.jsonl"])
+def test_local_data_is_named_not_linked(tmp_path, dataset_name):
+    card = _card(tmp_path, dataset_name)
+    assert f"`{dataset_name}`" in card and f"huggingface.co/datasets/{dataset_name}" not in card
+
+
+def test_a_baseline_with_telemetry_has_its_section_without_aer_settings(tmp_path):
+    card = _card(tmp_path, "lab", method="clip_higher", aer_telemetry=True)
+    assert "## Training method: GRPO with Clip-Higher (DAPO)" in card and "`clip_higher` baseline" in card
+    assert "final α" not in card and "ρ (pivot accuracy)" not in card

@@ -1,0 +1,197 @@
+"""aer_trl.training: one training run from a recipe: rewards by name, resuming (and refusing what cannot be resumed),
+the model a source needs, the machine's cores on CPU, and a run on a local model and data set with its card."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from aer_trl import AERConfig
+from aer_trl.lab import demo
+from tests import helpers
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = ["--bf16", "false", "--use_cpu", "true"]  # the paper recipes ask for bf16 on GPUs
+
+
+def test_unknown_reward_is_a_clear_error():
+    from aer_trl.training import resolve_reward_funcs
+
+    with pytest.raises(ValueError, match="unknown reward 'nope'"):
+        resolve_reward_funcs(["nope"])
+
+
+def lab_argv(tmp_path, *extra):
+    return [
+        "--config",
+        str(ROOT / "recipes" / "lab" / "aer.yaml"),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--lab_cache_dir",
+        str(tmp_path / "lab"),
+        *demo.QUICK_OVERRIDES,
+        "--steps_per_generation",  # one optimizer step per rollout batch: a checkpoint after every step is exact
+        "1",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "1",
+        *extra,
+    ]
+
+
+def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
+    import subprocess
+
+    sys.path.insert(0, str(ROOT / "recipes"))
+    import train  # recipes/train.py
+
+    train.main(lab_argv(tmp_path, "--max_steps", "2"))
+    run = tmp_path / "run"
+    (run / "checkpoint-2" / "trainer_state.json").unlink()  # a save killed half-way (or a full disk)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "recipes" / "train.py"),
+            *lab_argv(tmp_path, "--max_steps", "3"),
+            "--resume_from_checkpoint",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "skipping" in done.stderr and "checkpoint-2" in done.stderr
+    state = json.loads((run / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+
+
+def test_resume_values_are_checked(tmp_path):
+    from aer_trl.training import resolve_resume
+
+    assert resolve_resume("false", str(tmp_path)) is None and resolve_resume(None, str(tmp_path)) is None
+    with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
+        resolve_resume("latest", str(tmp_path))
+    with pytest.raises(ValueError, match="'maybe'"):
+        resolve_resume("maybe", str(tmp_path))
+
+
+def test_a_half_specified_real_run_is_refused():
+    from trl import ModelConfig
+
+    from aer_trl.sources import get_source
+    from aer_trl.training import check_model_given
+
+    with pytest.raises(ValueError, match="dataset_name: say what to train on"):
+        get_source(None)
+    with pytest.raises(ValueError, match="model_name_or_path: training on 'gsm8k' needs a model"):
+        check_model_given(get_source("gsm8k"), ModelConfig())
+    with pytest.raises(FileNotFoundError, match="model_name_or_path: no model folder"):
+        check_model_given(get_source("gsm8k"), ModelConfig(model_name_or_path="runs/a/missing"))
+    check_model_given(get_source("lab"), ModelConfig())  # sources with a default model need none
+    check_model_given(get_source("arithmetic"), ModelConfig())
+
+
+def test_cpu_runs_use_the_machines_cores(tmp_path, monkeypatch):
+    import torch
+
+    from aer_trl.training import use_cpu_cores
+
+    config = AERConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # what `accelerate launch` leaves a CPU child with (OMP_NUM_THREADS=1)
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+        monkeypatch.delenv("AER_CPU_THREADS", raising=False)
+        assert use_cpu_cores(config) == (os.cpu_count() or 1) == torch.get_num_threads()
+        monkeypatch.setenv("AER_CPU_THREADS", "1")
+        assert use_cpu_cores(config) == 1 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_train_script_trains_on_local_model_and_data_and_writes_card(tmp_path, tokenizer):
+    model_dir = tmp_path / "tiny-base"
+    helpers.make_model(tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(16)))
+    sys.path.insert(0, str(ROOT / "recipes"))
+    import train  # recipes/train.py
+
+    out = tmp_path / "out"
+    train.main(
+        [
+            "--config",
+            str(ROOT / "recipes" / "qwen3_4b_base" / "deepscaler" / "aer.yaml"),
+            *CPU,
+            "--model_name_or_path",
+            str(model_dir),
+            "--dtype",
+            "float32",
+            "--dataset_name",
+            str(data),
+            "--use_vllm",
+            "false",
+            "--max_completion_length",
+            "8",
+            "--per_device_train_batch_size",
+            "8",
+            "--gradient_accumulation_steps",
+            "1",
+            "--steps_per_generation",
+            "1",
+            "--max_steps",
+            "2",
+            "--output_dir",
+            str(out),
+            "--report_to",
+            "none",
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            "1",
+            "--save_total_limit",
+            "1",
+            "--gradient_checkpointing",
+            "false",
+            "--learning_rate",
+            "1e-3",
+            "--logging_steps",
+            "1",
+            # the recipe's checkpoint selection (AIME25 every 20 steps), pointed at local data
+            "--eval_benchmark",
+            str(data),
+            "--eval_every_steps",
+            "1",
+            "--eval_num_samples",
+            "2",
+            "--eval_k_list",
+            "1",
+            "2",
+            "--eval_max_new_tokens",
+            "4",
+            "--eval_max_problems",
+            "3",
+        ]
+    )
+    best = json.loads((out / "best_checkpoint.json").read_text())
+    assert Path(best["checkpoint"]).is_dir() and best["step"] in (1, 2)
+    card = (out / "README.md").read_text()
+    for needle in (
+        "aer_trl",
+        "Adaptive Entropy Regularization",
+        str(data),
+        "ρ (pivot accuracy) | 0.2",
+        "τ (target ratio) | 0.4",
+        "η (α step size) | 0.005",
+        "final α",
+        "H0 (initial entropy)",
+        "H* (target entropy)",
+        "AER iterations | 2",
+    ):
+        assert needle in card, needle
+    assert (out / "model.safetensors").exists() and (out / "metrics.jsonl").exists()
