@@ -1,0 +1,89 @@
+"""`AERCallback` alone: when α moves, what a checkpoint keeps, how transformers restores it, which saves it vetoes.
+The callback inside a training run (α per rollout batch, resume): tests/test_trainer.py."""
+
+from types import SimpleNamespace
+
+import pytest
+from transformers import TrainerControl, TrainerState
+
+from aer_trl import AERCallback, AERConfig
+
+
+def args(steps_per_generation=2, num_iterations=1, gradient_accumulation_steps=1, aer_enabled=True):
+    return SimpleNamespace(
+        steps_per_generation=steps_per_generation,
+        num_iterations=num_iterations,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        aer_enabled=aer_enabled,
+    )
+
+
+def test_a_submitted_entropy_moves_alpha_once_at_the_end_of_the_step():
+    cb = AERCallback(tau=0.5, eta=0.1)
+    cb.submit_entropy(2.0)
+    assert cb.alpha == 0.0 and cb.initial_entropy is None  # nothing happens before the step ends
+    cb.on_step_end(args(), TrainerState(global_step=2), TrainerControl())
+    # H0 = 2.0, H* = 0.5 * 2.0 = 1.0; H = 2.0 > H* -> alpha = max(0, 0 - 0.1) = 0
+    assert (cb.initial_entropy, cb.target, cb.alpha) == (2.0, 1.0, 0.0)
+    cb.submit_entropy(0.5)  # below H* -> alpha rises by eta
+    cb.on_substep_end(args(), TrainerState(global_step=2), TrainerControl())
+    assert cb.alpha == pytest.approx(0.1)
+    cb.on_step_end(args(), TrainerState(global_step=4), TrainerControl())  # nothing pending: no second update
+    assert cb.alpha == pytest.approx(0.1) and cb.controller.iteration == 2
+
+
+def test_a_checkpointed_callback_restores_through_transformers_and_continues_the_same_trajectory():
+    original = AERCallback(tau=0.4, eta=0.05, alpha_max=0.12)
+    for entropy in (1.0, 0.3, 0.2):
+        original.submit_entropy(entropy)
+        original.on_step_end(args(), TrainerState(global_step=2), TrainerControl())
+    saved = original.state()
+
+    # what Trainer does on resume: build the callback from the saved args, then set the saved attributes
+    restored = AERCallback(**saved["args"])
+    for name, value in saved["attributes"].items():
+        setattr(restored, name, value)
+    assert restored.controller.state_dict() == original.controller.state_dict()
+
+    for entropy in (0.1, 0.1, 0.9):
+        for cb in (original, restored):
+            cb.submit_entropy(entropy)
+            cb.on_step_end(args(), TrainerState(global_step=2), TrainerControl())
+        assert restored.alpha == original.alpha
+    # H* = 0.4 * 1.0; up by eta below H*, clamped at alpha_max (0.12, not 0.15), down above H*
+    assert [h["alpha"] for h in restored.controller.history] == pytest.approx([0, 0.05, 0.10, 0.12, 0.12, 0.07])
+
+
+def test_the_former_target_entropy_argument_is_an_absolute_target():
+    cb = AERCallback(target_entropy=0.7)
+    assert cb.state()["args"]["absolute_target"] == 0.7
+    cb.submit_entropy(3.0)
+    cb.on_step_end(args(), TrainerState(global_step=2), TrainerControl())
+    assert cb.target == 0.7 and cb.initial_entropy == 3.0
+
+
+def test_from_args_reads_the_config_fields(tmp_path):
+    config = AERConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[],
+        aer_tau=0.3, aer_eta=0.02, aer_alpha_init=0.01, aer_alpha_max=0.2, aer_target_entropy=0.9,
+    )  # fmt: skip
+    assert AERCallback.from_args(config).state()["args"] == {
+        "tau": 0.3, "eta": 0.02, "alpha_init": 0.01, "alpha_max": 0.2, "absolute_target": 0.9, "adaptive": True,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "step, aer_enabled, kept",
+    [(3, True, False), (4, True, True), (3, False, True)],
+    ids=["inside-a-rollout-batch", "at-a-rollout-boundary", "aer-off"],
+)
+def test_a_save_inside_a_rollout_batch_is_vetoed_only_for_aer(step, aer_enabled, kept):
+    cb = AERCallback()
+    control = TrainerControl(should_save=True)
+    run_args = args(steps_per_generation=2, aer_enabled=aer_enabled)  # 2 optimizer steps per rollout batch
+    if kept:
+        cb.on_step_end(run_args, TrainerState(global_step=step), control)
+    else:
+        with pytest.warns(UserWarning, match=f"step {step} ends inside a rollout batch"):
+            cb.on_step_end(run_args, TrainerState(global_step=step), control)
+    assert control.should_save is kept
