@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datasets import Dataset
 
-from aer_trl import AERConfig
+from aer_trl import AERConfig, AERGRPOTrainer
 from aer_trl.lab.model import build_tiny_qwen3
 from aer_trl.lab.tokenizer import build_char_tokenizer
 
@@ -65,3 +65,15 @@ def config_kwargs(output_dir, **overrides) -> dict:
 
 def make_config(output_dir, **overrides) -> AERConfig:
     return AERConfig(**config_kwargs(output_dir, **overrides))
+
+
+def make_trainer(tokenizer, args, seed: int = 0, reward_funcs=None, **kwargs) -> AERGRPOTrainer:
+    """A tiny AERGRPOTrainer: the tiny Qwen3 (`seed`), the toy prompts, the even-length reward unless given."""
+    return AERGRPOTrainer(
+        model=make_model(tokenizer, seed=seed),
+        reward_funcs=reward_funcs or [even_length_reward],
+        args=args,
+        train_dataset=make_dataset(),
+        processing_class=tokenizer,
+        **kwargs,
+    )

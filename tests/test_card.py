@@ -3,21 +3,13 @@ and AER's controller state, links only to what exists on the Hub, the AER paper 
 
 import pytest
 
-from aer_trl import AERGRPOTrainer
 from aer_trl.data import SOURCES
 from tests import helpers
 
 
 def _card(tmp_path, dataset_name, **config):
     tokenizer = helpers.make_tokenizer()
-    trainer = AERGRPOTrainer(
-        model=helpers.make_model(tokenizer),
-        reward_funcs=[helpers.even_length_reward],
-        args=helpers.make_config(tmp_path, **config),
-        train_dataset=helpers.make_dataset(),
-        processing_class=tokenizer,
-        dataset_name=dataset_name,
-    )
+    trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, **config), dataset_name=dataset_name)
     trainer.create_model_card()
     return (tmp_path / "README.md").read_text()
 

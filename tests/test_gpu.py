@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from aer_trl import AERGRPOTrainer
 from tests import helpers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,13 +25,7 @@ def test_bf16_aer_training_on_cuda(tmp_path):
     args = helpers.make_config(
         tmp_path, use_cpu=False, bf16=True, max_steps=3, aer_alpha_init=0.05, share_prompt_forward=True
     )
-    trainer = AERGRPOTrainer(
-        model=helpers.make_model(tokenizer),
-        reward_funcs=helpers.even_length_reward,
-        args=args,
-        train_dataset=helpers.make_dataset(),
-        processing_class=tokenizer,
-    )
+    trainer = helpers.make_trainer(tokenizer, args)
     assert trainer.accelerator.device.type == "cuda"
     trainer.train()
     assert next(trainer.model.parameters()).device.type == "cuda"

@@ -285,17 +285,9 @@ def test_data_parallel_workers_give_the_same_result(tmp_path, model_and_bench):
 
 # ------------------------------------------------------------------------------------------- during training
 def train_with_callback(tmp_path, tokenizer, bench, **config):
-    from aer_trl import AERGRPOTrainer
 
     cb = PassAtKCallback(bench, eval_steps=1, num_samples=4, k_list=[1, 4], max_new_tokens=2, max_problems=4)
-    trainer = AERGRPOTrainer(
-        model=helpers.make_model(tokenizer),
-        reward_funcs=[helpers.even_length_reward],
-        args=helpers.make_config(tmp_path, **config),
-        train_dataset=helpers.make_dataset(),
-        processing_class=tokenizer,
-        callbacks=[cb],
-    )
+    trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, **config), callbacks=[cb])
     return trainer, cb
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aer_trl import AERGRPOTrainer, registry
+from aer_trl import registry
 from aer_trl.lab.report import passk_markdown
 from aer_trl.registry import Method, TokenBatch, get_method, method_title, register_method
 from tests import helpers
@@ -39,13 +39,7 @@ def test_a_method_registered_from_outside_trains_and_appears_in_card_and_table(t
     tokenizer = helpers.make_tokenizer()
     args = helpers.make_config(tmp_path, method="half_adv", max_steps=2, aer_telemetry=True)
     assert args.aer_enabled is False and args.aer_telemetry is True and args.method_settings == {}
-    trainer = AERGRPOTrainer(
-        model=helpers.make_model(tokenizer),
-        reward_funcs=[helpers.even_length_reward],
-        args=args,
-        train_dataset=helpers.make_dataset(),
-        processing_class=tokenizer,
-    )
+    trainer = helpers.make_trainer(tokenizer, args)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     assert trainer.state.global_step == 2
@@ -113,13 +107,7 @@ def test_aer_switches_on_a_method_without_aer_are_refused(tmp_path, field):
 def test_what_a_method_sets_is_logged_once_at_start(tmp_path, caplog):
     tokenizer = helpers.make_tokenizer()
     with caplog.at_level(logging.INFO, logger="aer_trl.trainer"):
-        AERGRPOTrainer(
-            model=helpers.make_model(tokenizer),
-            reward_funcs=[helpers.even_length_reward],
-            args=helpers.make_config(tmp_path, method="clip_higher"),
-            train_dataset=helpers.make_dataset(),
-            processing_class=tokenizer,
-        )
+        helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, method="clip_higher"))
     lines = [r.getMessage() for r in caplog.records if "sets" in r.getMessage()]
     assert lines == ["method='clip_higher' sets {'epsilon': 0.2, 'epsilon_high': 0.28}"]
 

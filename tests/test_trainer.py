@@ -13,13 +13,7 @@ from tests import helpers
 
 def train_aer(tmp_path, tokenizer, reward_funcs=None, seed=0, **overrides):
     args = helpers.make_config(tmp_path, **overrides)
-    trainer = AERGRPOTrainer(
-        model=helpers.make_model(tokenizer, seed=seed),
-        reward_funcs=reward_funcs or [helpers.even_length_reward],
-        args=args,
-        train_dataset=helpers.make_dataset(),
-        processing_class=tokenizer,
-    )
+    trainer = helpers.make_trainer(tokenizer, args, seed=seed, reward_funcs=reward_funcs)
     trainer.train()
     return trainer
 
@@ -122,13 +116,7 @@ def grads(model, loss):
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_loss_is_grpo_minus_mean_lambda_entropy(tmp_path, tokenizer, temperature):
-    trainer = AERGRPOTrainer(
-        model=helpers.make_model(tokenizer),
-        reward_funcs=[helpers.even_length_reward],
-        args=helpers.make_config(tmp_path, temperature=temperature),
-        train_dataset=helpers.make_dataset(),
-        processing_class=tokenizer,
-    )
+    trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, temperature=temperature))
     model = trainer.model
     model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer's loop; we call compute_loss directly
@@ -159,12 +147,8 @@ def test_loss_is_grpo_minus_mean_lambda_entropy(tmp_path, tokenizer, temperature
 
 
 def test_bonus_is_scaled_for_gradient_accumulation(tmp_path, tokenizer):
-    trainer = AERGRPOTrainer(
-        model=helpers.make_model(tokenizer),
-        reward_funcs=[helpers.even_length_reward],
-        args=helpers.make_config(tmp_path, gradient_accumulation_steps=2, per_device_train_batch_size=4),
-        train_dataset=helpers.make_dataset(),
-        processing_class=tokenizer,
+    trainer = helpers.make_trainer(
+        tokenizer, helpers.make_config(tmp_path, gradient_accumulation_steps=2, per_device_train_batch_size=4)
     )
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 2
@@ -242,13 +226,8 @@ def test_works_with_peft_lora(tmp_path, tokenizer):
     from peft import LoraConfig
 
     args = helpers.make_config(tmp_path, aer_target_entropy=100.0, aer_alpha_init=0.5, max_steps=2, learning_rate=5e-2)
-    trainer = AERGRPOTrainer(
-        model=helpers.make_model(tokenizer),
-        reward_funcs=[helpers.even_length_reward],
-        args=args,
-        train_dataset=helpers.make_dataset(),
-        processing_class=tokenizer,
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    trainer = helpers.make_trainer(
+        tokenizer, args, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
     )
     lora_before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
     trainer.train()
@@ -260,20 +239,12 @@ def test_works_with_peft_lora(tmp_path, tokenizer):
 
 def test_requires_a_grpo_config_and_valid_correctness_reward(tmp_path, tokenizer):
     with pytest.raises(TypeError, match="AERConfig or a trl.GRPOConfig"):
-        AERGRPOTrainer(
-            model=helpers.make_model(tokenizer),
-            reward_funcs=[helpers.always_correct],
-            args={"output_dir": str(tmp_path)},
-            train_dataset=helpers.make_dataset(),
-            processing_class=tokenizer,
-        )
+        helpers.make_trainer(tokenizer, {"output_dir": str(tmp_path)}, reward_funcs=[helpers.always_correct])
     with pytest.raises(ValueError, match="aer_correctness_reward='nope' is not one of"):
-        AERGRPOTrainer(
-            model=helpers.make_model(tokenizer),
+        helpers.make_trainer(
+            tokenizer,
+            helpers.make_config(tmp_path, aer_correctness_reward="nope"),
             reward_funcs=[helpers.always_correct],
-            args=helpers.make_config(tmp_path, aer_correctness_reward="nope"),
-            train_dataset=helpers.make_dataset(),
-            processing_class=tokenizer,
         )
 
 
@@ -312,13 +283,7 @@ def test_resume_continues_the_same_alpha_trajectory(tmp_path, tokenizer, restore
     assert saved["attributes"]["controller_state"]["iteration"] == 3
 
     args = helpers.make_config(tmp_path / "resumed", **common)
-    resumed = AERGRPOTrainer(
-        model=helpers.make_model(tokenizer),
-        reward_funcs=[helpers.even_length_reward],
-        args=args,
-        train_dataset=helpers.make_dataset(),
-        processing_class=tokenizer,
-    )
+    resumed = helpers.make_trainer(tokenizer, args)
     resumed.train(resume_from_checkpoint=str(ckpt))
     a, b = full.aer_callback.controller, resumed.aer_callback.controller
     assert len(set(alphas(full))) > 1, "the trajectory should move for this test to mean something"
@@ -363,13 +328,7 @@ def test_resume_from_every_checkpoint_at_an_off_policy_geometry(tmp_path, tokeni
     for key in ("aer/entropy", "aer/initial_entropy", "aer/target_entropy"):
         assert all(key in h for h in logged if h["step"] >= 4), key
     for ckpt in checkpoints[:-1]:
-        resumed = AERGRPOTrainer(
-            model=helpers.make_model(tokenizer),
-            reward_funcs=[helpers.even_length_reward],
-            args=helpers.make_config(tmp_path / f"resumed-{ckpt.name}", **common),
-            train_dataset=helpers.make_dataset(),
-            processing_class=tokenizer,
-        )
+        resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / f"resumed-{ckpt.name}", **common))
         resumed.train(resume_from_checkpoint=str(ckpt))
         a, b = full.aer_callback.controller, resumed.aer_callback.controller
         assert alphas(resumed) == alphas(full), ckpt.name
@@ -382,13 +341,7 @@ def test_clip_cov_cut_tokens_keep_their_kl_gradient(tmp_path, tokenizer):
     with zero advantages, i.e. β·KL alone."""
 
     def trainer_for(method, **extra):
-        t = AERGRPOTrainer(
-            model=helpers.make_model(tokenizer),
-            reward_funcs=[helpers.even_length_reward],
-            args=helpers.make_config(tmp_path / method, method=method, **extra),
-            train_dataset=helpers.make_dataset(),
-            processing_class=tokenizer,
-        )
+        t = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / method, method=method, **extra))
         t.beta = 0.5  # after construction: no reference model is built, the batch carries its log-probs
         t.model.train()
         t.current_gradient_accumulation_steps = 1
