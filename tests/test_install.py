@@ -1,5 +1,5 @@
-"""The package installed from its wheel, outside the repository: the recipes ship inside it, the console scripts
-exist, and the lab demo runs a few steps from a folder that has no checkout in it."""
+"""The package installed from its wheel into a scratch virtualenv and run outside the repository: the recipes ship
+inside it, the console scripts exist, and the lab demo runs a few steps from a folder that has no checkout in it."""
 
 import os
 import shutil
@@ -25,25 +25,31 @@ def test_the_wheel_installed_elsewhere_runs_the_lab_demo(tmp_path):
         [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)], check=True
     )
     (wheel,) = (tmp_path / "dist").glob("aer_trl-*.whl")
-    site = tmp_path / "site"
-    subprocess.run([*pip, "install", "--no-deps", "--no-compile", "--target", str(site), str(wheel)], check=True)
+    # a scratch virtualenv: aer_trl from the wheel; its dependencies (torch, trl, ...) reached through one path line
+    # to this environment's site-packages, whose editable aer_trl is not loaded (a path line runs no .pth files)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "deps.pth").write_text("\n".join(p for p in sys.path if p.endswith("site-packages")) + "\n")
+    python = venv / "bin" / "python"
+    subprocess.run([*pip, "--python", str(python), "install", "--no-deps", "--no-compile", str(wheel)], check=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")} | {"HF_HUB_OFFLINE": "1"}
 
     def run(*cmd):
         return subprocess.run(cmd, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)
 
     where = run(
-        sys.executable, "-c", "import aer_trl.resources as r; print(r.__file__); print(r.recipe_path('lab', 'aer'))"
+        str(python), "-c", "import aer_trl.resources as r; print(r.__file__); print(r.recipe_path('lab', 'aer'))"
     )
     assert where.returncode == 0, where.stderr
     module, recipe = where.stdout.split()
     assert module.startswith(str(site)) and recipe.startswith(str(site))  # the installed copy, not the checkout
-    assert run(sys.executable, "-m", "aer_trl.evaluation", "--help").returncode == 0
+    assert run(str(python), "-m", "aer_trl.evaluation", "--help").returncode == 0
     for script in ("aer-train", "aer-evaluate", "aer-lab-demo", "aer-real-study"):
-        assert run(str(site / "bin" / script), "--help").returncode == 0, script
-    demo = run(str(site / "bin" / "aer-lab-demo"), "--quick", "--output_dir", "demo", "--lab_cache_dir", "cache")
+        assert run(str(venv / "bin" / script), "--help").returncode == 0, script
+    demo = run(str(venv / "bin" / "aer-lab-demo"), "--quick", "--output_dir", "demo", "--lab_cache_dir", "cache")
     assert demo.returncode == 0, demo.stderr[-3000:]  # the exit status of a run that worked is 0
     assert "| AER-GRPO (`aer`) | 1 |" in (elsewhere / "demo" / "passk.md").read_text()
     assert (elsewhere / "demo" / "aer-seed0" / "metrics.jsonl").is_file()
