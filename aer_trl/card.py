@@ -39,16 +39,12 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
     tags = [tags] if isinstance(tags, str) else list(tags or [])
     trainer._name = spec.title
     trainer._paper = AER_PAPER if aer else GRPOTrainer._paper
-    if not trainer.args.aer_telemetry:
-        extra = [] if method == "grpo" else [method]
-        GRPOTrainer.create_model_card(
-            trainer, model_name=model_name, dataset_name=hub_dataset_id(dataset_name), tags=[*tags, *extra], **kwargs
-        )
-        return
+    telemetry = trainer.args.aer_telemetry
+    extra = [] if method == "grpo" and not telemetry else [method]  # TRL's own card names no method for plain GRPO
     GRPOTrainer.create_model_card(
-        trainer, model_name=model_name, dataset_name=hub_dataset_id(dataset_name), tags=[*tags, method], **kwargs
+        trainer, model_name=model_name, dataset_name=hub_dataset_id(dataset_name), tags=[*tags, *extra], **kwargs
     )
-    if not trainer.is_world_process_zero():
+    if not telemetry or not trainer.is_world_process_zero():
         return
 
     path = os.path.join(trainer.args.output_dir, "README.md")
