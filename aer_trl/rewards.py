@@ -8,7 +8,9 @@ What counts as the final answer (the policy; docs/design.md says why):
 - "boxed": the answer is the content of the **last** `\\boxed{...}` (or `\\fbox{...}`) with balanced braces. A
   completion without one, or whose last one is cut off before its closing brace, is not credited.
 - "answer": the rest of the last line that starts with `Answer:` (or `Final answer:`); "gsm8k": the rest of the last
-  line starting with `####`. Without that line: not credited.
+  line starting with `####` (after the marker, blank lines are skipped). Without that line: not credited; a last marker
+  with nothing after it (a completion cut off there) is not skipped over either: not credited, counted as unparsed.
+  Finding the marker is linear in the completion's length, whatever the model writes.
 - `credit_unmarked=True` (opt-in) falls back, for completions without the marker, to math-verify's own extraction over
   the last 2,000 characters (the loose policy of many graders: "the last number wins", truncated text included).
 
@@ -50,8 +52,10 @@ _CHOICE = re.compile(
     r"^\s*(?:\\text(?:bf|rm|normal)?\s*\{\s*\(?\s*([A-E])\s*\)?\s*\}|\(\s*([A-E])\s*\))\s*((?:\\[ ,;:!]|~|\s)*)(.*)$",
     re.S,
 )
-_ANSWER_MARK = re.compile(r"(?im)^[ \t>*_#-]*(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$")
-_GSM8K_MARK = re.compile(r"(?m)####\s*(.+?)\s*$")
+# The marker, the whitespace after it (never given back: `*+`), then the rest of that line, stripped in code: linear in
+# the completion's length (a lazy `(.+?)\s*$` is quadratic in a run of spaces a model can emit).
+_ANSWER_MARK = re.compile(r"(?im)^[ \t>*_#-]*(?:final\s+)?answer\s*[:：]\s*+([^\n]*)")
+_GSM8K_MARK = re.compile(r"(?m)####\s*+([^\n]*)")
 
 STAT_KEYS = ("timeouts", "unparsed", "unmarked")
 
@@ -114,7 +118,7 @@ def extract_answer(text: str, answer_format: str = "boxed") -> str | None:
         answer = _last_boxed(text)
     else:
         matches = (_GSM8K_MARK if answer_format == "gsm8k" else _ANSWER_MARK).findall(text)
-        answer = matches[-1] if matches else None
+        answer = matches[-1].rstrip() if matches else None
         if answer is not None and answer_format == "gsm8k":
             answer = answer.replace(",", "")
         if answer is not None:

@@ -94,6 +94,17 @@ def test_answer_line_and_gsm8k_formats_follow_the_prompt():
     assert math_accuracy_reward(["Answer: 42"], answer=["42"]) == [0.0]  # default: \boxed{} is asked for
 
 
+@pytest.mark.parametrize("fmt, marker", [("answer", "Answer:"), ("answer", "Final answer:"), ("gsm8k", "####")])
+def test_marker_lines_the_last_marker_wins_even_cut_off(fmt, marker):
+    assert extract_answer(f"x\n{marker}  \n\n 42 \t\nmore", fmt) == "42"  # blank lines after the marker skipped
+    assert extract_answer(f"{marker} 41\n{marker} 42 ", fmt) == "42"
+    # a completion cut off right after its last marker is not credited with an earlier answer
+    for tail in ("", " ", "\n", " \n  "):
+        assert extract_answer(f"{marker} 42\n{marker}{tail}", fmt) == ""
+        verdicts, counts = judge_completions([f"{marker} 42\n{marker}{tail}"], answer=["42"], answer_format=[fmt])
+        assert verdicts == [0.0] and counts["unparsed"] == 1
+
+
 def test_credit_unmarked_is_an_explicit_option():
     assert math_accuracy_reward(["so it is 18"], answer=["18"]) == [0.0]
     assert math_accuracy_reward(["so it is 18"], answer=["18"], credit_unmarked=True) == [1.0]
@@ -131,6 +142,11 @@ ADVERSARIAL = {
     "100k boxes": ("\\boxed{1}" * 100_000, "1"),
     "1 MB of digits": ("9" * 1_000_000 + " \\boxed{3}", "3"),
 }
+# marker lines: a run of whitespace after the marker (a lazy `(.+?)\s*$` took minutes on these)
+MARKED = {
+    "answer": ["Answer: 5" + " " * 1_000_000 + "x", "Answer:" + " \t" * 500_000, "Answer: 5\n" * 100_000],
+    "gsm8k": ["#### 5" + " " * 1_000_000 + "x", "####" + " \t" * 500_000, "#### " * 200_000],
+}
 # a hang guard, not a speed target: a stuck check would never return; the hard limit (5 s per completion) ends
 # it well before this even on a machine running the suite with many workers (the times are in README, "Reward")
 LIMIT = 60.0
@@ -150,6 +166,15 @@ def test_adversarial_outputs_return_in_time_on_the_main_thread(name):
     assert len(out) == 1 and out[0] in (0.0, 1.0) and elapsed < LIMIT, (name, elapsed)
     if name in ("100k boxes", "1 MB of digits"):
         assert out == [1.0]  # the last boxed answer, found fast
+
+
+@pytest.mark.parametrize("fmt", list(MARKED))
+def test_marker_formats_read_adversarial_outputs_in_linear_time(fmt):
+    start = time.monotonic()
+    answers = [extract_answer(text, fmt) for text in MARKED[fmt]]
+    assert time.monotonic() - start < LIMIT
+    assert answers[0].startswith("5") and answers[0].endswith("x") and answers[1] == ""
+    assert answers[2] == "5" if fmt == "answer" else answers[2].startswith("####")  # one marker, the rest its line
 
 
 def test_adversarial_outputs_return_in_time_on_a_worker_thread():
