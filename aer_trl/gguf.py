@@ -6,8 +6,8 @@ like any Hub model (safetensors weights in float32, tokenizer with its chat temp
 
 transformers reads GGUF with `gguf_file=` (the `gguf` package) and dequantizes to float32, but marks the model as
 quantized, which refuses `save_pretrained` and training; the conversion rebuilds a plain model from its config and
-state dict. The folder is cached: a second call with the same file returns it at once (the file's size and a hash of
-its first and last MiB are recorded in `aer_trl_gguf.json`). Written to a temporary folder and renamed, so an
+state dict. The folder is cached: a second call with the same file returns it at once (the file's size and the
+sha256 of its content are recorded in `aer_trl_gguf.json`). Written to a temporary folder and renamed, so an
 interrupted or concurrent conversion never leaves a half-written model behind.
 """
 
@@ -49,9 +49,9 @@ def convert_gguf(gguf: str | os.PathLike | None = None, output_dir: str | os.Pat
     if importlib.util.find_spec("gguf") is None:
         raise ImportError("reading GGUF files needs the `gguf` package: `pip install gguf` (or `make install`)")
     out = Path(output_dir) if output_dir is not None else DEFAULT_CACHE / path.stem
-    from .io import sampled_file_hash
+    from .io import file_sha256
 
-    identity = {"source": str(path.resolve()), "size": path.stat().st_size, "hash": sampled_file_hash(path)}
+    identity = {"source": str(path.resolve()), "size": path.stat().st_size, "sha256": file_sha256(path)}
     marker = out / MARKER
     if marker.is_file():
         try:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from aer_trl.gguf import MARKER, convert_gguf, resolve_model
-from aer_trl.io import sampled_file_hash
+from aer_trl.io import file_sha256
 
 
 @pytest.mark.real
@@ -31,7 +31,7 @@ def test_gguf_errors_name_the_problem(tmp_path):
 
 
 def _identity(path: Path) -> dict:
-    return {"source": str(path.resolve()), "size": path.stat().st_size, "hash": sampled_file_hash(path)}
+    return {"source": str(path.resolve()), "size": path.stat().st_size, "sha256": file_sha256(path)}
 
 
 def test_the_cache_is_keyed_by_the_files_identity_not_its_name(tmp_path):

@@ -188,6 +188,28 @@ def test_changed_weights_and_changed_benchmark_rows_are_detected(tmp_path, model
     assert edited.problems == 3
 
 
+def test_a_change_in_one_tensor_in_the_middle_of_the_weights_file_is_a_new_model(tmp_path, model_and_bench, tokenizer):
+    """Training that leaves the first and last tensors alone (frozen embeddings, a merged adapter) is still another
+    model: its samples are not answered from the store (an identity from the file's ends once did)."""
+    from safetensors.torch import load_file, save_file
+
+    _, bench = model_and_bench
+    model = tmp_path / "big"
+    helpers.make_model(tokenizer, hidden_size=256).save_pretrained(model)
+    weights = model / "model.safetensors"
+    assert weights.stat().st_size > 4 << 20
+    out = tmp_path / "eval"
+    evaluate(make_args(out, str(model), bench), generator_factory=Fake())
+    tensors = load_file(weights)
+    names = sorted(tensors)
+    middle = names[len(names) // 2]
+    tensors[middle] = tensors[middle] + 1e-3
+    save_file(tensors, weights, metadata={"format": "pt"})
+    again = Fake()
+    evaluate(make_args(out, str(model), bench), generator_factory=again)
+    assert again.problems == 10
+
+
 def test_max_problems_changes_give_the_new_numbers(tmp_path, model_and_bench):
     model, bench = model_and_bench
     out = tmp_path / "eval"

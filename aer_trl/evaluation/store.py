@@ -23,7 +23,7 @@ import logging
 import os
 from pathlib import Path
 
-from ..io import atomic_write, file_sha256, sampled_file_hash  # noqa: F401 (file_sha256: re-exported)
+from ..io import atomic_write, file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +38,13 @@ def digest(obj) -> str:
 
 
 def weights_hash(folder: Path) -> str:
-    """Hash of a model folder: config files whole; each weights file's name, size, first and last MiB."""
+    """Hash of a model folder: each weights and config file's name and whole content (`io.file_sha256`)."""
     files = sorted(
         p for p in folder.iterdir() if p.is_file() and (p.suffix in _HASHED_FILES or p.name in _HASHED_NAMES)
     )
     if not files:
         raise FileNotFoundError(f"models: {folder} holds no weights or config.json")
-    return digest([sampled_file_hash(p, whole=p.suffix not in _HASHED_FILES) for p in files])
+    return digest([[p.name, file_sha256(p)] for p in files])
 
 
 def model_identity(model: str, revision: str | None = None) -> dict:
