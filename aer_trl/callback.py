@@ -47,6 +47,9 @@ class AERCallback(TrainerCallback, ExportableState):
             "adaptive": adaptive,
         }
         self.pending_entropy: float | None = None
+        # the run's settings (AERConfig.run_settings), set by the trainer and saved with the state, so that a resume
+        # can say which settings changed since the checkpoint
+        self.settings: dict | None = None
 
     @classmethod
     def from_args(cls, args) -> AERCallback:
@@ -115,13 +118,10 @@ class AERCallback(TrainerCallback, ExportableState):
 
     # -- ExportableState ----------------------------------------------------------------------------------------
     def state(self) -> dict:
-        ctrl = self.controller.state_dict()
-        return {
-            "args": dict(self._init_args),
-            "attributes": {
-                "controller_state": ctrl,
-            },
-        }
+        attributes = {"controller_state": self.controller.state_dict()}
+        if self.settings is not None:
+            attributes["settings"] = self.settings
+        return {"args": dict(self._init_args), "attributes": attributes}
 
     @property
     def controller_state(self) -> dict:

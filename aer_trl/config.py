@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import re
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -11,6 +13,22 @@ from trl import GRPOConfig
 from .registry import TOKEN_LEVEL_LOSSES, get_method, methods
 
 logger = logging.getLogger(__name__)
+
+# Fields that do not shape the trained model: where and how often it logs, saves, evaluates and pushes; left out of
+# `AERConfig.run_settings`, so a resume with another output_dir or logging_steps is not reported as a change.
+_BOOKKEEPING = re.compile(
+    r"(logging|log|save|hub|trackio|eval|do|include|dataloader|vllm_server|vllm_group)_.*|.*_full_eval|"
+    r"output_dir|overwrite_output_dir|run_name|project|report_to|push_to_hub|resume_from_checkpoint|"
+    r"restore_callback_states_from_checkpoint|disable_tqdm|skip_memory_metrics|local_rank|debug|label_names|"
+    r"length_column_name|prediction_loss_only|metric_for_best_model|greater_is_better|load_best_model_at_end|"
+    r"batch_eval_metrics|per_device_eval_batch_size|num_generations_eval|num_completions_to_print|"
+    r"torch_empty_cache_steps|ddp_timeout"
+)
+
+
+def settings_changes(saved: dict, current: dict) -> dict[str, tuple]:
+    """field -> (saved value, current value) for every field both sets know and that differs."""
+    return {k: (saved[k], current[k]) for k in sorted(saved.keys() & current.keys()) if saved[k] != current[k]}
 
 
 @dataclass
@@ -176,6 +194,13 @@ class AERConfig(GRPOConfig):
     def aer_enabled(self) -> bool:
         """Whether the method trains AER's bonus (the registry's `Method.aer`)."""
         return get_method(self.method).aer
+
+    def run_settings(self) -> dict:
+        """The settings that shape the trained model (every field but logging, saving, evaluation and Hub
+        bookkeeping), JSON values. Saved with AER's controller state in each checkpoint, so that a resume with other
+        settings says which ones changed."""
+        values = {k: v for k, v in self.to_dict().items() if not _BOOKKEEPING.fullmatch(k)}
+        return json.loads(json.dumps(values, default=str))
 
     @property
     def method_settings(self) -> dict:

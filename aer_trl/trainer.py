@@ -17,17 +17,21 @@ import logging
 import math
 
 import torch
+from transformers.trainer_callback import ExportableState
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .callback import AERCallback
 from .card import write_model_card
-from .config import AERConfig
+from .config import AERConfig, settings_changes
 from .controller import BUCKETS, difficulty_buckets, difficulty_coefficients, group_accuracy, hard_mask
 from .metrics import MetricsFileCallback
 from .registry import TokenBatch, get_method
 
 logger = logging.getLogger(__name__)
+
+# settings held in the optimizer's param groups: a resume restores them from the checkpoint (a new value is not used)
+OPTIMIZER_STATE_FIELDS = ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay")
 
 
 def resolve_correctness_index(spec: int | str | None, reward_func_names: list[str]) -> int:
@@ -90,6 +94,9 @@ class AERGRPOTrainer(GRPOTrainer):
         if args.aer_telemetry:  # off (a non-AER method, not asked for): nothing of AER's, as trl.GRPOTrainer
             if not any(isinstance(cb, AERCallback) for cb in callbacks):
                 callbacks.append(AERCallback.from_args(args))
+            for cb in callbacks:
+                if isinstance(cb, AERCallback):
+                    cb.settings = args.run_settings()
             if not any(isinstance(cb, MetricsFileCallback) for cb in callbacks):
                 callbacks.append(MetricsFileCallback())  # <output_dir>/metrics.jsonl, whatever report_to says
         else:
@@ -106,6 +113,7 @@ class AERGRPOTrainer(GRPOTrainer):
         self._aer_entropy_stats: torch.Tensor | None = None  # local [sum of H over tokens, token count]
         self._aer_loss_inputs: dict | None = None  # the batch TRL's loss is reading (for the per-token baselines)
         self._aer_last_metrics: dict[str, float] = {}  # last logged aer/* values, repeated on steps without new ones
+        self.aer_resume_changes: dict[str, tuple] = {}  # settings that differ from the checkpoint resumed from
         self._aer_token_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
 
     # ------------------------------------------------------------------------------------------------ controller
@@ -127,14 +135,59 @@ class AERGRPOTrainer(GRPOTrainer):
         return self.aer_callback.alpha
 
     def _load_callback_state(self) -> None:
+        """On resume: AER's controller state (α, H0, iteration) comes from the checkpoint, whatever
+        `restore_callback_states_from_checkpoint` says (it is part of the optimisation state); its settings (τ, η,
+        α_max, ...) stay the ones this run was given, also where transformers would rebuild the callback from the
+        checkpoint's. Every setting that differs from the checkpoint's is named in a warning, with whether it applies
+        (`OPTIMIZER_STATE_FIELDS` do not: transformers restores the optimizer's param groups as saved)."""
+        live = next((cb for cb in self.callback_handler.callbacks if isinstance(cb, AERCallback)), None)
         super()._load_callback_state()
-        if self.args.restore_callback_states_from_checkpoint or not self.args.aer_telemetry:
-            return  # transformers rebuilt the callback from the checkpoint already
-        # AER's controller state is part of the optimisation state: restore it even with transformers' default.
         data = self.state.stateful_callbacks.get(AERCallback.__name__)
-        if data:
-            data = data[0] if isinstance(data, list) else data
-            self.aer_callback.controller_state = data["attributes"]["controller_state"]
+        # A stateful callback the checkpoint did not have (resuming AER from a plain GRPO checkpoint, a PassAtKCallback
+        # added on resume) gets its entry back: transformers' _save_checkpoint indexes the loaded state by name and
+        # would fail with KeyError at the first save.
+        for cb in self.callback_handler.callbacks:
+            if isinstance(cb, ExportableState):
+                self.state.stateful_callbacks.setdefault(type(cb).__name__, cb.state())
+        if live is None:
+            return
+        rebuilt = self.aer_callback
+        if rebuilt is not live:  # transformers rebuilt it from the checkpoint's arguments: keep this run's settings
+            self.callback_handler.remove_callback(rebuilt)
+            self.callback_handler.add_callback(live)
+        if not data:
+            logger.warning(
+                "resuming from a checkpoint without AER's controller state (trained with aer_telemetry off?): α "
+                "starts at aer_alpha_init=%s and H0 is measured on the first rollout batch after step %d",
+                self.args.aer_alpha_init,
+                self.state.global_step,
+            )
+            return
+        data = data[0] if isinstance(data, list) else data
+        live.controller_state = data["attributes"]["controller_state"]
+        saved = data["attributes"].get("settings")
+        changes = settings_changes(saved, self.args.run_settings()) if saved else {}
+        if changes and self.accelerator.is_main_process:
+            kept = {k: v for k, v in changes.items() if k in OPTIMIZER_STATE_FIELDS}
+            applied = {k: v for k, v in changes.items() if k not in kept}
+
+            def listed(c: dict) -> str:
+                return "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in c.items())
+
+            logger.warning(
+                "resuming at step %d with settings that differ from the checkpoint's.%s%s",
+                self.state.global_step,
+                f" Applied from here on: {listed(applied)} (α={live.alpha}, H0={live.initial_entropy} and the "
+                "iteration count carry over from the checkpoint)."
+                if applied
+                else "",
+                f" NOT applied: {listed(kept)} (the optimizer state restored from the checkpoint keeps its learning "
+                "rate, betas, eps and weight decay, as transformers restores it; to change them, start a new run "
+                "from the checkpoint's weights)."
+                if kept
+                else "",
+            )
+        self.aer_resume_changes = changes
 
     # ------------------------------------------------------------------------------------------------ rollout
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

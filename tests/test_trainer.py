@@ -1,6 +1,7 @@
 """AERGRPOTrainer on CPU in one process: equivalence with GRPO, the bonus formula, the controller wiring, resume."""
 
 import json
+import logging
 
 import pytest
 import torch
@@ -290,6 +291,58 @@ def test_resume_continues_the_same_alpha_trajectory(tmp_path, tokenizer, restore
     assert alphas(resumed) == alphas(full)
     assert (b.initial_entropy, b.target, b.iteration) == (a.initial_entropy, a.target, a.iteration)
     assert isinstance(resumed.aer_callback, AERCallback)
+
+
+@pytest.mark.parametrize("restore_flag", [False, True])
+def test_a_resume_with_a_changed_setting_applies_it_and_says_so(tmp_path, tokenizer, restore_flag, caplog):
+    """Change one argument and resume: the new value applies from the checkpoint on (also where transformers would
+    rebuild the callback from the checkpoint's arguments), the controller's state carries over, and the change is
+    named; bookkeeping (output_dir, logging) is not a change."""
+    common = dict(
+        aer_eta=0.01,
+        aer_alpha_init=0.02,
+        max_steps=4,
+        save_strategy="steps",
+        save_steps=2,
+        restore_callback_states_from_checkpoint=restore_flag,
+    )
+    full = train_aer(tmp_path / "full", tokenizer, aer_tau=1.0, **common)
+    ckpt = tmp_path / "full" / "checkpoint-2"
+    saved = json.loads((ckpt / "trainer_state.json").read_text())["stateful_callbacks"]["AERCallback"]
+    assert saved["attributes"]["settings"]["aer_tau"] == 1.0 and "output_dir" not in saved["attributes"]["settings"]
+
+    same = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "same", aer_tau=1.0, **common))
+    with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
+        same.train(resume_from_checkpoint=str(ckpt))
+    assert same.aer_resume_changes == {} and "differ from the checkpoint" not in caplog.text
+    assert alphas(same) == alphas(full)
+
+    changed = helpers.make_trainer(
+        tokenizer,
+        helpers.make_config(tmp_path / "changed", aer_tau=0.5, logging_steps=2, learning_rate=5e-2, **common),
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
+        changed.train(resume_from_checkpoint=str(ckpt))
+    assert changed.aer_resume_changes == {"aer_tau": (1.0, 0.5), "learning_rate": (1e-2, 5e-2)}
+    assert "Applied from here on: aer_tau 1.0 -> 0.5 " in caplog.text
+    assert "NOT applied: learning_rate 0.01 -> 0.05 " in caplog.text  # what transformers does, said
+    assert changed.optimizer.param_groups[0]["initial_lr"] == 1e-2
+    ctrl, before = changed.aer_callback.controller, full.aer_callback.controller
+    assert ctrl.tau == 0.5 and ctrl.initial_entropy == before.initial_entropy
+    assert ctrl.target == pytest.approx(0.5 * before.initial_entropy)
+    assert alphas(changed)[:2] == alphas(full)[:2]  # the checkpoint's history, then the new target's steps
+    assert ctrl.iteration == 4
+
+
+def test_resuming_aer_from_a_checkpoint_without_its_state_says_so(tmp_path, tokenizer, caplog):
+    common = dict(max_steps=4, save_strategy="steps", save_steps=2)
+    train_aer(tmp_path / "grpo", tokenizer, method="grpo", aer_telemetry=False, **common)
+    resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "aer", **common))
+    with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "grpo" / "checkpoint-2"))
+    assert "without AER's controller state" in caplog.text
+    assert resumed.aer_callback.controller.iteration == 2  # H0 anchored after the resume, α updated from there
 
 
 def test_lambda_is_kept_on_the_host(tmp_path, tokenizer):
