@@ -55,9 +55,11 @@ def convert_gguf(gguf: str | os.PathLike | None = None, output_dir: str | os.Pat
     marker = out / MARKER
     if marker.is_file():
         try:
-            if json.loads(marker.read_text()) == identity:
+            recorded = json.loads(marker.read_text())
+            # the content decides, not where the file lies: checkouts and virtualenvs share the cache
+            if {k: recorded.get(k) for k in ("size", "sha256")} == {k: identity[k] for k in ("size", "sha256")}:
                 return out
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, AttributeError):
             pass
 
     import torch

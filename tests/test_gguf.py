@@ -43,6 +43,10 @@ def test_the_cache_is_keyed_by_the_files_identity_not_its_name(tmp_path):
     out.mkdir()
     (out / MARKER).write_text(json.dumps(_identity(source)))
     assert convert_gguf(source, out) == out
+    copy = tmp_path / "elsewhere" / "model.gguf"  # the same file in another checkout's virtualenv: a cache hit
+    copy.parent.mkdir()
+    copy.write_bytes(source.read_bytes())
+    assert convert_gguf(copy, out) == out
     source.write_bytes(b"y" * 1000)  # same name and size, other content
     with pytest.raises(Exception, match="model.gguf|GGUF|gguf"):
         convert_gguf(source, out)
