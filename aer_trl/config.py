@@ -200,6 +200,7 @@ class AERConfig(GRPOConfig):
         bookkeeping), JSON values. Saved with AER's controller state in each checkpoint, so that a resume with other
         settings says which ones changed."""
         values = {k: v for k, v in self.to_dict().items() if not _BOOKKEEPING.fullmatch(k)}
+        values["world_size"] = self.world_size  # processes: the global batch and the data each one sees
         return json.loads(json.dumps(values, default=str))
 
     @property

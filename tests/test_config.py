@@ -1,10 +1,12 @@
 """Every invalid AER value raises a ValueError naming the field and the allowed values."""
 
+import json
 import math
 
 import pytest
 
 from aer_trl import AERConfig
+from tests.helpers import make_config
 
 BASE = dict(output_dir="/tmp/aer-config-test", use_cpu=True, bf16=False, report_to="none")
 
@@ -110,3 +112,15 @@ def test_a_budget_ending_inside_a_rollout_batch_is_warned_about(tmp_path, caplog
         assert "ends inside a rollout batch" not in caplog.text
         AERConfig(max_steps=302, **common)
     assert "max_steps=302 ends inside a rollout batch (4 optimizer steps each)" in caplog.text
+
+
+def test_run_settings_are_what_shapes_the_model_not_bookkeeping(tmp_path):
+    from aer_trl.config import settings_changes
+
+    a = make_config(tmp_path / "a", aer_tau=0.4, logging_steps=1).run_settings()
+    b = make_config(tmp_path / "b", aer_tau=0.3, logging_steps=5, save_steps=7, report_to="none").run_settings()
+    assert json.loads(json.dumps(a)) == a and a["world_size"] == 1 and a["method"] == "aer"
+    assert not {"output_dir", "logging_steps", "save_steps", "report_to", "hub_model_id"} & a.keys()
+    assert {"learning_rate", "num_generations", "seed", "aer_rho", "temperature"} <= a.keys()
+    assert settings_changes(a, b) == {"aer_tau": (0.4, 0.3)}
+    assert settings_changes({"gone": 1, "aer_tau": 0.4}, b) == {"aer_tau": (0.4, 0.3)}  # fields of another version
