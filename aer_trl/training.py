@@ -68,7 +68,13 @@ class AERScriptArguments(PromptArguments, ArithmeticArguments):
             "<output_dir>/best_checkpoint.json points to it). None: no validation."
         },
     )
-    eval_every_steps: int = field(default=20, metadata={"help": "Optimizer steps between validations."})
+    eval_every_steps: int = field(
+        default=20,
+        metadata={
+            "help": "Optimizer steps between validations; for AER a multiple of the optimizer steps per rollout "
+            "batch (a checkpoint can only be written at a rollout boundary)."
+        },
+    )
     eval_num_samples: int = field(default=8, metadata={"help": "Samples per validation problem (n)."})
     eval_k_list: list[int] = field(default_factory=lambda: [1, 8], metadata={"help": "k values logged (<= n)."})
     eval_max_new_tokens: int = field(default=8192, metadata={"help": "Generation budget of a validation sample."})

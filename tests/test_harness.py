@@ -327,6 +327,21 @@ def test_best_checkpoint_survives_rotation(tmp_path, tokenizer, model_and_bench,
     assert any(k.startswith("eval_passk/bench/pass@1") for h in trainer.state.log_history for k in h)
 
 
+def test_validation_steps_inside_an_aer_rollout_batch_are_refused(tmp_path, model_and_bench):
+    """AER writes no checkpoint inside a rollout batch, so a best checkpoint found there would never be saved."""
+    _, bench = model_and_bench
+    from transformers import TrainerState
+
+    # 4 optimizer steps per rollout batch
+    four = helpers.make_config(tmp_path, steps_per_generation=4, save_strategy="steps")
+    cb = PassAtKCallback(bench, eval_steps=6)
+    with pytest.raises(ValueError, match="eval_every_steps=6 must be a multiple of 4"):
+        cb.on_train_begin(four, TrainerState(), None)
+    PassAtKCallback(bench, eval_steps=8).on_train_begin(four, TrainerState(), None)
+    grpo = helpers.make_config(tmp_path, method="grpo", steps_per_generation=4, save_strategy="steps")
+    cb.on_train_begin(grpo, TrainerState(), None)  # TRL's methods checkpoint anywhere
+
+
 def test_evaluation_during_training_leaves_the_training_rng_untouched(tmp_path, tokenizer, model_and_bench):
     _, bench = model_and_bench
     cb = PassAtKCallback(bench, eval_steps=1, num_samples=4, k_list=[1, 4], max_new_tokens=2, max_problems=4)

@@ -90,6 +90,16 @@ class PassAtKCallback(TrainerCallback, ExportableState):
             self.best_step, self.best_pass_at_1 = state.best_global_step, state.best_metric
         if args.save_strategy == "no":
             raise ValueError("PassAtKCallback (eval_benchmark) saves the best checkpoint: set save_strategy 'steps'")
+        per_rollout = args.steps_per_generation * args.num_iterations
+        if getattr(args, "aer_enabled", False) and per_rollout % args.gradient_accumulation_steps == 0:
+            steps = per_rollout // args.gradient_accumulation_steps
+            if self.eval_steps % steps:
+                # AERCallback vetoes a checkpoint inside a rollout batch: the best one would never be written
+                raise ValueError(
+                    f"eval_every_steps={self.eval_steps} must be a multiple of {steps}, the optimizer steps of one "
+                    "rollout batch (steps_per_generation × num_iterations / gradient_accumulation_steps): AER "
+                    "checkpoints only at a rollout boundary, so a best checkpoint found inside one could not be saved"
+                )
 
     def evaluate(self, model, tokenizer) -> dict[str, float]:
         """pass@k of `model` on the benchmark, identical on every rank."""
