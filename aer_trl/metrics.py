@@ -54,6 +54,18 @@ class MetricsFileCallback(TrainerCallback):
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    """The records of a metrics.jsonl file."""
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The records of a metrics.jsonl file. A last line cut short (a run killed while logging) is left out; any other
+    line that is not JSON is an error naming the file and the line."""
+    text = Path(path).read_text()
+    lines = text.split("\n")
+    records = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if lineno == len(lines):  # no newline after it: the write was cut off
+                break
+            raise ValueError(f"{path}: line {lineno} is not a JSON record ({err.msg})") from err
+    return records

@@ -41,6 +41,17 @@ def test_a_resumed_run_drops_what_was_logged_after_its_checkpoint(tmp_path):
     assert read_metrics(path)[-1]["loss"] == 40.0  # the step logged again, once
 
 
+def test_reading_a_killed_runs_log_leaves_out_its_torn_last_line_only(tmp_path):
+    import pytest
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
+    assert read_metrics(path) == [{"step": 1}, {"step": 2}]
+    path.write_text('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')
+    with pytest.raises(ValueError, match="metrics.jsonl: line 2 is not a JSON record"):
+        read_metrics(path)
+
+
 def test_logging_before_train_starts_the_file_and_other_ranks_write_nothing(tmp_path):
     args = SimpleNamespace(output_dir=str(tmp_path / "out"))
     cb = MetricsFileCallback()
