@@ -88,22 +88,28 @@ def train_cell(method: str, seed: int, args) -> dict:
 
 
 def eval_arguments(args, models: list[str]):
+    """Held-out sampling in the format and token budget the cells were trained with: the first method's recipe with
+    the study's recipe flags (a `--max_completion_length 48` or `--prompt_system ...` given to the study reaches the
+    evaluation too), parsed as the training command parses it."""
     from ..evaluation import EvalArguments
+    from ..training import parse_recipe
 
-    recipe = yaml.safe_load((Path(args.recipes_dir) / "aer.yaml").read_text())
-    prompt = prompt_settings(recipe)
+    recipe = Path(args.recipes_dir) / f"{args.methods[0]}.yaml"
+    script_args, training_args, _ = parse_recipe(
+        ["--config", str(recipe), *args.recipe_overrides, "--output_dir", str(Path(args.output_dir) / "eval")]
+    )
     return EvalArguments(
         models=models,
         benchmarks=["arithmetic"],
         output_dir=str(Path(args.output_dir) / "eval"),
         num_samples=args.eval_samples,
         k_list=[k for k in KS if k <= args.eval_samples],
-        max_new_tokens=recipe.get("max_completion_length", 24),
+        max_new_tokens=training_args.max_completion_length,
         temperature=1.0,
         seed=0,
         batch_size=8,
         arithmetic_test_per_tier=args.eval_per_tier,
-        **{k: str(v) if k in ("prompt_system", "prompt_instruction") else v for k, v in prompt.items()},
+        **prompt_settings(script_args),
     )
 
 
