@@ -43,7 +43,7 @@ format:
 
 # The main job: GRPO and AER on the laptop lab, metrics per run, one figure and a pass@k table.
 demo:
-	$(BIN)/python -m aer_trl.lab.demo --output_dir runs/demo
+	$(BIN)/python -m aer_trl.studies.demo --output_dir runs/demo
 
 train:
 	$(BIN)/accelerate launch recipes/train.py
@@ -51,13 +51,13 @@ train:
 # A real LLM: SmolLM2-135M-Instruct on the arithmetic tiers (2-shot chat prompts), GRPO and AER from the same start,
 # held-out pass@k per tier before and after, figure and table in runs/real/ (docs/real_llm.md). Resumable.
 real:
-	$(BIN)/python -m aer_trl.lab.real_study --seeds 0 --output_dir runs/real
+	$(BIN)/python -m aer_trl.studies.real_study --seeds 0 --output_dir runs/real
 
 # The same study over seeds with 95% intervals (shares runs/real/ with `make real`: seed 0 is not trained twice).
 REAL_SEEDS ?= 0 1 2
 REAL_METHODS ?= grpo aer
 real-study:
-	$(BIN)/python -m aer_trl.lab.real_study --seeds $(REAL_SEEDS) --methods $(REAL_METHODS) --output_dir runs/real
+	$(BIN)/python -m aer_trl.studies.real_study --seeds $(REAL_SEEDS) --methods $(REAL_METHODS) --output_dir runs/real
 
 # What AER costs over GRPO (step time, peak memory) at several sizes; CUDA when present. Then entropy tracking.
 bench:

@@ -1,10 +1,10 @@
-"""aer_trl.lab.demo: the whole lab pipeline in a few steps (warm start, GRPO and AER from their recipes, figure,
+"""aer_trl.studies.demo: the whole lab pipeline in a few steps (warm start, GRPO and AER from their recipes, figure,
 table), repeatable by seed."""
 
 import json
 from pathlib import Path
 
-from aer_trl.lab import demo
+from aer_trl.studies import demo
 from aer_trl.metrics import read_metrics
 from aer_trl.training import train_recipe
 

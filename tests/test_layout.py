@@ -12,9 +12,9 @@ FLOORS = {
     "evaluation/args": 1,
     "callback": 2, "sources": 2, "data": 2, "evaluation/harness": 2, "evaluation/plan": 2,
     "evaluation/backends": 2, "evaluation/scoring": 2, "evaluation/reports": 2, "lab/warmstart": 2, "lab/tasks": 2,
-    "lab/model": 2, "lab/tokenizer": 2, "lab/rewards": 2, "lab/report": 2,
+    "lab/model": 2, "lab/tokenizer": 2, "lab/rewards": 2, "studies/report": 4,
     "trainer": 3, "training": 3, "metrics": 3, "evaluation/callback": 3, "card": 3,
-    "run": 4, "lab/demo": 4, "lab/real_study": 4, "evaluation/__main__": 4, "notebooks": 4,
+    "run": 4, "studies/demo": 4, "studies/real_study": 4, "evaluation/__main__": 4, "notebooks": 4,
 }  # fmt: skip
 
 

@@ -1,8 +1,8 @@
-"""aer_trl.lab.real_study without training: where a cell lives and what its held-out evaluation samples with."""
+"""aer_trl.studies.real_study without training: where a cell lives and what its held-out evaluation samples with."""
 
 from types import SimpleNamespace
 
-from aer_trl.lab import real_study
+from aer_trl.studies import real_study
 
 
 def _args(tmp_path, *flags):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from aer_trl import registry
-from aer_trl.lab.report import passk_markdown
+from aer_trl.studies.report import passk_markdown
 from aer_trl.registry import Method, TokenBatch, get_method, method_title, register_method
 from tests import helpers
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from aer_trl import AERConfig
-from aer_trl.lab import demo
+from aer_trl.studies import demo
 from tests import helpers
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,10 +1,10 @@
 """The real-LLM study: GRPO against AER (and any other method) on SmolLM2-135M-Instruct, the arithmetic tiers as
 2-shot chat questions, over seeds, with held-out pass@k per tier before and after training (docs/real_llm.md).
 
-    python -m aer_trl.lab.real_study --seeds 0                  # `make real`: one seed of GRPO and AER + figure
-    python -m aer_trl.lab.real_study --seeds 0 1 2              # the study at 3 seeds (CPU: ~15 min per run)
-    python -m aer_trl.lab.real_study --methods grpo aer clip_cov --seeds 0 1 2
-    python -m aer_trl.lab.real_study --seeds 0 1 2 --aggregate_only
+    python -m aer_trl.studies.real_study --seeds 0                  # `make real`: one seed of GRPO and AER + figure
+    python -m aer_trl.studies.real_study --seeds 0 1 2              # the study at 3 seeds (CPU: ~15 min per run)
+    python -m aer_trl.studies.real_study --methods grpo aer clip_cov --seeds 0 1 2
+    python -m aer_trl.studies.real_study --seeds 0 1 2 --aggregate_only
     ... --max_steps 20                                          # any other flag goes to every recipe
 
 Resumable at every level: a cell (method × seed) is one training run in its own process under
