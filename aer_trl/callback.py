@@ -27,6 +27,7 @@ class AERCallback(TrainerCallback, ExportableState):
         alpha_max: float | None = None,
         absolute_target: float | None = None,
         adaptive: bool = True,
+        anchor_rollouts: int = 1,
         target_entropy: float | None = None,  # the former spelling of absolute_target (checkpoints before 0.2)
     ):
         absolute_target = target_entropy if absolute_target is None else absolute_target
@@ -37,6 +38,7 @@ class AERCallback(TrainerCallback, ExportableState):
             alpha_max=alpha_max,
             absolute_target=absolute_target,
             adaptive=adaptive,
+            anchor_rollouts=anchor_rollouts,
         )
         self._init_args = {
             "tau": tau,
@@ -45,6 +47,7 @@ class AERCallback(TrainerCallback, ExportableState):
             "alpha_max": alpha_max,
             "absolute_target": absolute_target,
             "adaptive": adaptive,
+            "anchor_rollouts": anchor_rollouts,
         }
         self.pending_entropy: float | None = None
         # the run's settings (AERConfig.run_settings), set by the trainer and saved with the state, so that a resume
@@ -60,6 +63,7 @@ class AERCallback(TrainerCallback, ExportableState):
             alpha_max=args.aer_alpha_max,
             absolute_target=args.aer_target_entropy,
             adaptive=args.aer_adaptive,
+            anchor_rollouts=getattr(args, "aer_anchor_rollouts", 1),
         )
 
     # -- read by the trainer ------------------------------------------------------------------------------------

@@ -142,6 +142,23 @@ class AERConfig(GRPOConfig):
             "what the method sets (on for 'aer'); a value that contradicts the method is refused."
         },
     )
+    aer_anchor_rollouts: int = field(
+        default=1,
+        metadata={
+            "help": "C2's anchor H0 is the mean entropy of the first aer_anchor_rollouts rollout batches (α stays at "
+            "aer_alpha_init until it is known). 1: the first rollout batch only (the paper). Ours: a larger value "
+            "steadies H* when a rollout batch has few prompts (docs/real_llm.md)."
+        },
+    )
+    aer_bonus_quantile: float = field(
+        default=1.0,
+        metadata={
+            "help": "Which tokens carry AER's bonus: H_i is the mean entropy over the completion's tokens whose "
+            "entropy is in the top aer_bonus_quantile share of the batch's trained tokens (the forking tokens). "
+            "1.0: every token (the paper). Method aer_fork defaults it to 0.2 (ours, docs/methods.md). The "
+            "controller's measured entropy H_t stays the mean over every token."
+        },
+    )
     aer_target_entropy: float | None = field(
         default=None,
         metadata={"help": "Absolute target entropy H* > 0 in nats; overrides τ · H0 when set."},
@@ -324,6 +341,12 @@ class AERConfig(GRPOConfig):
             raise ValueError(
                 f"aer_alpha_max must be >= aer_alpha_init ({self.aer_alpha_init}) or None, got {self.aer_alpha_max}"
             )
+        if not 0 < finite("aer_bonus_quantile", self.aer_bonus_quantile) <= 1:
+            raise ValueError(f"aer_bonus_quantile must be in (0, 1], got {self.aer_bonus_quantile}")
+        if isinstance(self.aer_anchor_rollouts, bool) or int(self.aer_anchor_rollouts) != self.aer_anchor_rollouts:
+            raise ValueError(f"aer_anchor_rollouts must be an integer >= 1, got {self.aer_anchor_rollouts}")
+        if self.aer_anchor_rollouts < 1:
+            raise ValueError(f"aer_anchor_rollouts must be an integer >= 1, got {self.aer_anchor_rollouts}")
         if finite("aer_eps", self.aer_eps) <= 0:
             raise ValueError(f"aer_eps must be > 0, got {self.aer_eps}")
         finite("aer_correctness_threshold", self.aer_correctness_threshold)

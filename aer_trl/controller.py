@@ -18,6 +18,7 @@ __all__ = [
     "difficulty_coefficients",
     "sign",
     "update_alpha",
+    "sequence_entropy",
     "AERController",
 ]
 
@@ -97,12 +98,40 @@ def update_alpha(alpha: float, entropy: float, target: float, eta: float, alpha_
     return new
 
 
+def sequence_entropy(entropies: torch.Tensor, mask: torch.Tensor, quantile: float = 1.0) -> torch.Tensor:
+    """H_i, the completion's entropy that AER's bonus raises: the mean token entropy over its trained tokens (the
+    paper, ``quantile=1``), or over its *forking* tokens only (``quantile < 1``: the tokens whose entropy is in the
+    top ``quantile`` share of the batch's trained tokens; ours, method ``aer_fork``, docs/methods.md).
+
+    Args:
+        entropies: (B, T) token entropies; they may carry gradient, which flows through the result.
+        mask: (B, T) 1 for trained tokens, 0 for padding.
+        quantile: share of the highest-entropy trained tokens of the batch that count (0 < quantile ≤ 1). The
+            threshold is the (1 − quantile) quantile of the batch's trained-token entropies (detached); a token at
+            or above it counts. A completion with no such token gets H_i = 0 (no bonus).
+
+    Returns:
+        (B,) per-completion entropy.
+    """
+    if not 0 < quantile <= 1:
+        raise ValueError(f"quantile must be in (0, 1], got {quantile}")
+    mask = mask.to(entropies.dtype)
+    if quantile < 1:
+        trained = entropies.detach()[mask.bool()]
+        if trained.numel():
+            threshold = torch.quantile(trained.float(), 1.0 - quantile).to(entropies.dtype)
+            mask = mask * (entropies.detach() >= threshold).to(entropies.dtype)
+    return (entropies * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
 @dataclass
 class AERController:
     """Holds the global coefficient α, the initial entropy H0 and the target H* (C2 + C3).
 
     ``observe(entropy)`` is called once per AER iteration (one rollout batch) with the measured policy entropy:
     the first call anchors H0 and H* = τ·H0 (unless ``absolute_target`` is given), then α is updated.
+    With ``anchor_rollouts = k > 1`` (ours, not the paper's: `AERConfig.aer_anchor_rollouts`), H0 is the mean of the
+    first k measurements and α stays at its initial value until H0 is known (there is no target before it).
 
     Names: ``target`` is H* (what α steers towards); ``absolute_target`` is the optional fixed H* that replaces τ·H0
     (``AERConfig.aer_target_entropy``). ``target_entropy`` is the former spelling of ``absolute_target``, accepted
@@ -116,11 +145,15 @@ class AERController:
     absolute_target: float | None = None
     adaptive: bool = True
     initial_entropy: float | None = None
+    anchor_rollouts: int = 1
+    anchor_entropies: list = field(default_factory=list)
     iteration: int = 0
     history: list = field(default_factory=list)
     target_entropy: float | None = field(default=None, repr=False)  # deprecated spelling of absolute_target
 
     def __post_init__(self):
+        if int(self.anchor_rollouts) != self.anchor_rollouts or self.anchor_rollouts < 1:
+            raise ValueError(f"anchor_rollouts must be an integer >= 1, got {self.anchor_rollouts}")
         if self.target_entropy is not None:
             warnings.warn(
                 "AERController(target_entropy=...) is renamed absolute_target", DeprecationWarning, stacklevel=3
@@ -143,8 +176,10 @@ class AERController:
             # A rollout batch with no trained token (all completions masked) carries no measurement.
             return self.alpha
         if self.initial_entropy is None:
-            self.initial_entropy = entropy
-        if self.adaptive:
+            self.anchor_entropies.append(entropy)
+            if len(self.anchor_entropies) >= self.anchor_rollouts:
+                self.initial_entropy = sum(self.anchor_entropies) / len(self.anchor_entropies)
+        if self.adaptive and self.target is not None:
             self.alpha = update_alpha(self.alpha, entropy, self.target, self.eta, self.alpha_max)
         self.iteration += 1
         self.history.append({"iteration": self.iteration, "entropy": entropy, "alpha": self.alpha})
@@ -154,6 +189,7 @@ class AERController:
         return {
             "alpha": self.alpha,
             "initial_entropy": self.initial_entropy,
+            "anchor_entropies": list(self.anchor_entropies),
             "iteration": self.iteration,
             "history": list(self.history),
         }
@@ -161,5 +197,6 @@ class AERController:
     def load_state_dict(self, state: dict) -> None:
         self.alpha = float(state["alpha"])
         self.initial_entropy = None if state.get("initial_entropy") is None else float(state["initial_entropy"])
+        self.anchor_entropies = [float(h) for h in state.get("anchor_entropies", [])]
         self.iteration = int(state.get("iteration", 0))
         self.history = list(state.get("history", []))

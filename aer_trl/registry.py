@@ -283,6 +283,15 @@ for _method in (
         trl_entropy=False,
     ),
     Method(
+        "aer_fork",
+        "AER with the bonus on forking tokens only: H_i over the completion's top-entropy tokens "
+        "(aer_bonus_quantile, default 0.2); ours, not the paper's (docs/methods.md)",
+        "AER-GRPO (ours: bonus on forking tokens)",
+        aer=True,
+        defaults={"aer_adaptive": True, "aer_difficulty_aware": True, "aer_bonus_quantile": 0.2},
+        trl_entropy=False,
+    ),
+    Method(
         "aer_c1",
         "AER ablation 'C1 only': difficulty-aware λ with a fixed α = aer_alpha_init",
         "AER-GRPO (ablation: C1 only)",

@@ -24,7 +24,14 @@ from trl.trainer.utils import get_config_model_id
 from .callback import AERCallback
 from .card import write_model_card
 from .config import AERConfig, settings_changes
-from .controller import BUCKETS, difficulty_buckets, difficulty_coefficients, group_accuracy, hard_mask
+from .controller import (
+    BUCKETS,
+    difficulty_buckets,
+    difficulty_coefficients,
+    group_accuracy,
+    hard_mask,
+    sequence_entropy,
+)
 from .metrics import MetricsFileCallback
 from .registry import TokenBatch, get_method
 
@@ -375,7 +382,7 @@ class AERGRPOTrainer(GRPOTrainer):
 
         lam = inputs.get("aer_lambda")
         if lam is not None and bool((lam != 0).any()):  # on the host: no device sync
-            seq_entropy = (entropies * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # H_i, carries gradient
+            seq_entropy = sequence_entropy(entropies, mask, self.args.aer_bonus_quantile)  # H_i, carries gradient
             accumulation_factor = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             lam = lam.to(device=seq_entropy.device, dtype=seq_entropy.dtype, non_blocking=True)
             loss = loss - (lam * seq_entropy).mean() / accumulation_factor

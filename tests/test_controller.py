@@ -5,7 +5,15 @@ import math
 import pytest
 import torch
 
-from aer_trl.controller import AERController, difficulty_coefficients, group_accuracy, hard_mask, sign, update_alpha
+from aer_trl.controller import (
+    AERController,
+    difficulty_coefficients,
+    group_accuracy,
+    hard_mask,
+    sequence_entropy,
+    sign,
+    update_alpha,
+)
 
 NAN = float("nan")
 
@@ -143,3 +151,60 @@ def test_difficulty_buckets():
     assert difficulty_buckets(g, 0.25).tolist() == [0, 1, 2, 2, 3, -1]
     assert difficulty_buckets(g, 0.0).tolist() == [0, 2, 2, 2, 3, -1]  # ρ = 0: nothing lies between 0 and ρ
     assert difficulty_buckets(g, 1.0).tolist() == [0, 1, 1, 1, 3, -1]
+
+
+ENT = torch.tensor([[0.1, 0.5, 0.9, 0.0], [0.3, 0.7, 0.2, 0.8]])
+MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+
+
+def test_sequence_entropy_over_every_trained_token_is_the_paper():
+    assert torch.allclose(sequence_entropy(ENT, MASK), torch.tensor([0.5, 0.5]))  # (0.1+0.5+0.9)/3, (0.3+..+0.8)/4
+
+
+def test_sequence_entropy_over_forking_tokens_hand_computed():
+    # trained entropies sorted: .1 .2 .3 .5 .7 .8 .9; the 0.7 quantile is .7 + 0.2·(.8 − .7) = .72 (the padded 0.0
+    # is not a trained token); the tokens at or above it are .9 (row 0) and .8 (row 1)
+    assert torch.allclose(sequence_entropy(ENT, MASK, quantile=0.3), torch.tensor([0.9, 0.8]))
+
+
+def test_forking_bonus_gradient_reaches_only_the_forking_tokens_and_a_row_without_one_gets_none():
+    ent = torch.tensor([[0.1, 0.2, 0.1], [0.9, 1.0, 0.8]], requires_grad=True)
+    h = sequence_entropy(ent, torch.ones(2, 3), quantile=0.5)
+    assert h[0].item() == 0.0  # no token of row 0 is in the top half of the batch
+    h.sum().backward()
+    assert torch.equal(ent.grad[0], torch.zeros(3))
+    assert torch.allclose(ent.grad[1], torch.full((3,), 1 / 3))
+
+
+def test_sequence_entropy_rejects_a_quantile_outside_0_1():
+    for q in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="quantile"):
+            sequence_entropy(ENT, MASK, quantile=q)
+
+
+def test_anchor_over_several_rollouts_holds_alpha_until_h0_is_known():
+    c = AERController(tau=0.5, eta=0.1, alpha=0.0, anchor_rollouts=3)
+    assert c.observe(0.6) == 0.0 and c.initial_entropy is None and c.target is None
+    assert c.observe(0.2) == 0.0 and c.initial_entropy is None  # 0.2 < any target, but there is no target yet
+    assert c.observe(0.4) == 0.0 and c.initial_entropy == pytest.approx(0.4)  # H0 = mean, H = 0.4 > H* = 0.2
+    c2 = AERController(tau=0.5, eta=0.1, alpha=0.0, anchor_rollouts=2)
+    c2.observe(1.0)
+    assert c2.observe(0.2) == pytest.approx(0.1)  # H0 = 0.6, H* = 0.3 > 0.2: α rises at the anchoring step
+    assert c2.initial_entropy == pytest.approx(0.6)
+
+
+def test_anchor_state_survives_a_checkpoint_taken_before_h0_is_known():
+    c = AERController(tau=0.5, eta=0.1, anchor_rollouts=3)
+    c.observe(0.6)
+    restored = AERController(tau=0.5, eta=0.1, anchor_rollouts=3)
+    restored.load_state_dict(c.state_dict())
+    for h in (0.3, 0.9):
+        c.observe(h)
+        restored.observe(h)
+    assert restored.initial_entropy == c.initial_entropy == pytest.approx(0.6)
+
+
+def test_anchor_rollouts_must_be_a_positive_integer():
+    for k in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="anchor_rollouts"):
+            AERController(anchor_rollouts=k)

@@ -4,8 +4,8 @@ table), repeatable by seed."""
 import json
 from pathlib import Path
 
-from aer_trl.studies import demo
 from aer_trl.metrics import read_metrics
+from aer_trl.studies import demo
 from aer_trl.training import train_recipe
 
 ROOT = Path(__file__).resolve().parents[1]

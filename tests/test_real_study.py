@@ -1,33 +1,164 @@
-"""aer_trl.studies.real_study without training: where a cell lives and what its held-out evaluation samples with."""
+"""aer_trl.studies.real_study without training: study files, where a cell trains, what its held-out evaluation
+samples with, and the tables made from committed records alone."""
 
-from types import SimpleNamespace
+import json
+from pathlib import Path
+
+import pytest
+import yaml
 
 from aer_trl.studies import real_study
 
+KS = (1, 2, 4, 8, 16)
 
-def _args(tmp_path, *flags):
-    return SimpleNamespace(
-        recipes_dir=str(real_study.RECIPES),
-        methods=["grpo", "aer"],
+
+def _study(tmp_path, *flags, methods=("grpo", "aer")):
+    args = real_study.argparse.Namespace(
+        methods=list(methods),
+        seeds=[0],
         output_dir=str(tmp_path),
-        eval_samples=16,
+        recipes_dir=str(real_study.RECIPES),
         eval_per_tier=16,
+        eval_samples=16,
         recipe_overrides=list(flags),
     )
+    return real_study.study_from_flags(args)
 
 
-def test_a_recipe_flag_is_a_new_cell(tmp_path):
-    plain = real_study.cell_dir("aer", 0, _args(tmp_path))
-    assert plain == real_study.cell_dir("aer", 0, _args(tmp_path))
-    assert plain.parent != real_study.cell_dir("aer", 0, _args(tmp_path, "--aer_tau", "0.3")).parent
-    assert plain.name == "seed0" and real_study.cell_dir("aer", 1, _args(tmp_path)).parent == plain.parent
+def test_parse_flags_reads_values_as_a_recipe_would():
+    assert real_study.parse_flags(["--aer_tau", "0.3", "--aer_alpha_max=null", "--aer_adaptive", "false"]) == {
+        "aer_tau": 0.3,
+        "aer_alpha_max": None,
+        "aer_adaptive": False,
+    }
+    assert real_study.parse_flags(["--prompt_system", "Answer: {x}"]) == {"prompt_system": "Answer: {x}"}
+    assert real_study.parse_flags(["--eval_k_list", "1", "8"]) == {"eval_k_list": [1, 8]}
+    with pytest.raises(ValueError, match="needs a value"):
+        real_study.parse_flags(["--aer_tau"])
+
+
+def test_a_setting_is_a_new_cell_and_equal_settings_share_one(tmp_path):
+    plain = _study(tmp_path)
+    aer = plain.arm("aer")
+    cell = real_study.cell_dir(plain, aer, 0, tmp_path)
+    assert cell == real_study.cell_dir(_study(tmp_path), aer, 0, tmp_path)
+    assert cell.parent != real_study.cell_dir(_study(tmp_path, "--aer_tau", "0.3"), aer, 0, tmp_path).parent
+    assert cell.name == "seed0" and real_study.cell_dir(plain, aer, 1, tmp_path).parent == cell.parent
+    # the same settings reached another way (an arm's settings instead of a flag) train in the same cell
+    other = real_study.Study(
+        arms=[real_study.Arm("renamed", "aer", {"aer_tau": 0.3})], seeds=[0], records=tmp_path / "other"
+    )
+    flagged = _study(tmp_path, "--aer_tau", "0.3")
+    assert real_study.cell_dir(other, other.arms[0], 0, tmp_path) == real_study.cell_dir(
+        flagged, flagged.arm("aer"), 0, tmp_path
+    )
 
 
 def test_the_evaluation_samples_in_the_format_and_budget_the_cells_trained_with(tmp_path):
-    plain = real_study.eval_arguments(_args(tmp_path), ["m"])
+    study = _study(tmp_path)
+    plain = real_study.eval_arguments(study, study.arm("aer"), ["m"], tmp_path)
     assert plain.max_new_tokens == 24 and plain.prompt_num_shots == 2 and "\\boxed{}" in plain.prompt_system
-    flagged = real_study.eval_arguments(
-        _args(tmp_path, "--max_completion_length", "48", "--prompt_num_shots", "1"), ["m"]
-    )
-    assert flagged.max_new_tokens == 48 and flagged.prompt_num_shots == 1  # a study flag reaches the evaluation
-    assert flagged.top_k == 0 and flagged.temperature == 1.0  # TRL samples the full distribution
+    flagged = _study(tmp_path, "--max_completion_length", "48", "--prompt_num_shots", "1")
+    args = real_study.eval_arguments(flagged, flagged.arm("aer"), ["m"], tmp_path)
+    assert args.max_new_tokens == 48 and args.prompt_num_shots == 1  # a study setting reaches the evaluation
+    assert args.top_k == 0 and args.temperature == 1.0  # TRL samples the full distribution
+
+
+def _write_study(folder: Path, **extra) -> Path:
+    spec = {
+        "title": "test study",
+        "seeds": [0, 1],
+        "settings": {"aer_tau": 0.4},
+        "reference": "grpo",
+        "arms": {"grpo": {"recipe": "grpo"}, "fixed": {"recipe": "aer", "settings": {"aer_alpha_init": 0.3}}},
+        **extra,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "study.yaml").write_text(yaml.safe_dump(spec))
+    return folder / "study.yaml"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"arms": {}}, "no arms"),
+        ({"seeds": "0"}, "seeds"),
+        ({"reference": "aer"}, "reference"),
+        ({"steps": 3}, "unknown keys"),
+        ({"arms": {"a": {"settings": {}}}}, "recipe"),
+    ],
+)
+def test_a_bad_study_file_names_the_file_and_the_key(tmp_path, change, message):
+    path = _write_study(tmp_path / "s", **change)
+    with pytest.raises(ValueError, match=message) as err:
+        real_study.load_study(path)
+    assert str(path) in str(err.value)
+
+
+def _fake_record(study, arm, seed, pass1: float, entropy: float, unmarked: int):
+    """A cell's record as export_record writes it, with made-up numbers."""
+    out = real_study.record_dir(study, arm, seed)
+    out.mkdir(parents=True)
+    h0 = 0.5
+    steps = [
+        {
+            "step": s,
+            "reward": 0.3 + 0.01 * s,
+            "aer/entropy": entropy if s > 2 else h0,
+            "aer/initial_entropy": h0,
+            "aer/target_entropy": 0.4 * h0,
+            "aer/alpha": 0.0,
+            "completions/mean_length": 17.0,
+        }
+        for s in range(1, 11)
+    ]
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    passk = {f"pass@{k}": min(1.0, pass1 * (1 + 0.1 * k)) for k in KS}
+    passk["per_group"] = {t: {"pass@1": pass1} for t in "0123"}
+    passk.update(num_problems=64, num_samples=16, reward_stats={"unmarked": unmarked, "unparsed": 0, "timeouts": 0})
+    (out / "passk.json").write_text(json.dumps(passk))
+    (out / "recipe.yaml").write_text(yaml.safe_dump(study.merged(arm)))
+    run = {"arm": arm.name, "seed": seed, "settings_hash": real_study.settings_hash(study.merged(arm))}
+    (out / "run.json").write_text(json.dumps(run))
+
+
+def test_tables_from_records_alone_and_stable_when_made_again(tmp_path):
+    study = real_study.load_study(_write_study(tmp_path / "s"))
+    for seed, (g, f) in enumerate([(0.60, 0.62), (0.58, 0.63)]):
+        _fake_record(study, study.arm("grpo"), seed, g, 0.07, unmarked=2)
+        _fake_record(study, study.arm("fixed"), seed, f, 0.2, unmarked=10 + seed)
+    base = {f"pass@{k}": 0.4 for k in KS}
+    base.update(per_group={t: {"pass@1": 0.4} for t in "0123"}, num_problems=64, num_samples=16, reward_stats={})
+    (study.records / "base_passk.json").write_text(json.dumps(base))
+    real_study.tables(study)
+    table = (study.records / "study.md").read_text()
+    summary = json.loads((study.records / "study.json").read_text())
+    cells = {(c["method"], c["seed"]): c for c in summary["cells"]}
+    assert cells[("fixed", 1)]["no_answer_share"] == pytest.approx(11 / 1024)
+    # target 0.2, second-half entropy 0.2: on target; GRPO's 0.07 is 65% below it
+    assert cells[("fixed", 0)]["target_distance"] == pytest.approx(0.0)
+    assert cells[("grpo", 0)]["target_distance"] == pytest.approx(0.65)
+    assert summary["base"]["no_answer_share"] == 0.0
+    assert "| fixed − grpo | 2 |" in table and "| untrained | – |" in table
+    real_study.tables(study)
+    assert (study.records / "study.md").read_text() == table  # made again from the same records: the same table
+
+
+def test_a_record_made_with_other_settings_is_an_error_not_a_silent_mix(tmp_path):
+    path = _write_study(tmp_path / "s")
+    study = real_study.load_study(path)
+    _fake_record(study, study.arm("fixed"), 0, 0.6, 0.2, unmarked=0)
+    _write_study(tmp_path / "s", arms={"grpo": {"recipe": "grpo"}, "fixed": {"recipe": "aer", "settings": {}}})
+    changed = real_study.load_study(path)
+    with pytest.raises(ValueError, match="other settings"):
+        real_study.read_record(changed, changed.arm("fixed"), 0)
+
+
+def test_committed_studies_load_and_their_records_match_their_settings():
+    """Every study under results/real_llm/ parses, and every record in it was made with the settings it states."""
+    root = Path(__file__).resolve().parents[1] / "results" / "real_llm"
+    for path in sorted(root.glob("*/study.yaml")):
+        study = real_study.load_study(path)
+        for arm in study.arms:
+            for seed in study.seeds:
+                real_study.read_record(study, arm, seed)  # raises on a mismatch or a missing file

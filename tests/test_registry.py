@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from aer_trl import registry
-from aer_trl.studies.report import passk_markdown
 from aer_trl.registry import Method, TokenBatch, get_method, method_title, register_method
+from aer_trl.studies.report import passk_markdown
 from tests import helpers
 
 

@@ -3,7 +3,7 @@
 Writes, under --output_dir: one folder per run (model, metrics.jsonl), `figure.png` (entropy with H*, α, reward,
 accuracy per tier, response length, held-out pass@k), `passk.md` / `results.json`, and prints the table and timings.
 
-    python -m aer_trl.studies.demo --output_dir runs/demo              # ~3 minutes on 2 CPU cores (warm start included)
+    python -m aer_trl.studies.demo --output_dir runs/demo          # ~3 minutes on 2 CPU cores (warm start included)
     python -m aer_trl.studies.demo --seeds 0 1 2                       # several seeds (intervals: lab_ablation.py)
     python -m aer_trl.studies.demo --quick                             # the whole pipeline in seconds (tests)
     python -m aer_trl.studies.demo --methods grpo clip_higher ent_adv aer --output_dir runs/methods   # any methods
@@ -17,11 +17,11 @@ import json
 import time
 from pathlib import Path
 
+from ..lab.tasks import make_arithmetic_dataset
 from ..metrics import read_metrics
 from ..resources import recipes_dir
 from ..training import train_recipe
 from .report import evaluate_pass_at_k, passk_markdown, plot_entropy, plot_runs, summary_markdown
-from ..lab.tasks import make_arithmetic_dataset
 
 RECIPES = recipes_dir("lab")  # shipped inside the package: the demo runs from a wheel too
 # a lab run in seconds (the tiny warm start, 64 problems, 16 completions a step): checks a pipeline, proves nothing

@@ -1,22 +1,41 @@
-"""The real-LLM study: GRPO against AER (and any other method) on SmolLM2-135M-Instruct, the arithmetic tiers as
-2-shot chat questions, over seeds, with held-out pass@k per tier before and after training (docs/real_llm.md).
+"""The real-LLM study: GRPO against AER (and any other method or setting) on SmolLM2-135M-Instruct, the arithmetic
+tiers as 2-shot chat questions, over seeds, with held-out pass@k per tier before and after training
+(docs/real_llm.md).
 
     python -m aer_trl.studies.real_study --seeds 0                  # `make real`: one seed of GRPO and AER + figure
-    python -m aer_trl.studies.real_study --seeds 0 1 2              # the study at 3 seeds (CPU: ~15 min per run)
-    python -m aer_trl.studies.real_study --methods grpo aer clip_cov --seeds 0 1 2
+    python -m aer_trl.studies.real_study --seeds 0 1 2 --methods grpo aer clip_cov
     python -m aer_trl.studies.real_study --seeds 0 1 2 --aggregate_only
-    ... --max_steps 20                                          # any other flag goes to every recipe
+    ... --max_steps 20                                              # any other flag goes to every recipe
+    python -m aer_trl.studies.real_study --study results/real_llm/dose/study.yaml results/real_llm/record/study.yaml
+    python -m aer_trl.studies.real_study --study results/real_llm/record/study.yaml --aggregate_only   # no training
 
-Resumable at every level: a cell (method × seed) is one training run in its own process under
-`<output_dir>/cells/<method>-<settings hash>/seed<k>/` (the hash covers the recipe's values, the recipe flags; a
-changed flag trains new cells beside the old ones); a killed run resumes from its newest complete checkpoint; a
-finished run (`run.json`, written last) is never rerun. Held-out sampling goes through the evaluation harness into
-`<output_dir>/eval/` (fingerprinted store: a killed evaluation resumes exactly). Every model, the untrained one
-included, is evaluated on the same held-out problems with the same sampling seeds.
+A study is a set of *arms* (a name, a recipe of `--recipes_dir`, settings over it) trained on the same seeds. With
+`--methods`, each method is an arm with its recipe as it is (plus the command's flags). A study file (YAML) says
+everything at once and keeps the study's records beside it:
 
-Writes `<output_dir>/study.md` (table with 95% Student-t intervals over seeds and AER − GRPO differences paired by
-seed), `study.json` and `figure.png` (training reward, entropy with H*, α, hard-prompt share, completion length,
-held-out pass@k and pass@1 per tier).
+    title: "Fixed α: what the entropy bonus does to the real model"
+    seeds: [0, 1, 2]
+    settings: {max_steps: 30}                    # over every arm's recipe
+    reference: grpo                              # paired differences against this arm
+    figure: docs/img/real_llm_dose.png           # optional
+    arms:
+      grpo: {recipe: grpo}
+      fixed-0.4: {recipe: aer, settings: {aer_adaptive: false, aer_alpha_init: 0.4, aer_alpha_max: null}}
+
+Resumable at every level. A cell (arm × seed) trains in its own process under
+`<output_dir>/train/<recipe>-<hash of its settings>/seed<k>/` (the recipe merged with the settings is written there
+as `recipe.yaml` and is what trains; two arms of two studies with the same settings share one cell); a killed run
+resumes from its newest complete checkpoint; a finished run (`run.json`, written last) is never rerun. Held-out
+sampling goes through the evaluation harness into `<output_dir>/eval/` (fingerprinted store: a killed evaluation
+resumes exactly). Every model, the untrained one included, is evaluated on the same held-out problems with the same
+sampling seeds.
+
+The records: once a cell is trained and evaluated, its compact record (`metrics.jsonl`, `run.json`, `passk.json`,
+`recipe.yaml`) is written to `<records>/cells/<arm>/seed<k>/` (`<records>`: the study file's folder, else
+`--output_dir`), with the untrained model's `base_passk.json`, and the tables are made from the records alone:
+`study.md` (95% Student-t intervals over seeds, differences paired by seed), `study.json` (per cell: arm, seed,
+the training summary, `target_distance`, `no_answer_share`, held-out pass@k) and the figure. A cell with a record is
+never trained again, on any machine; a record made with other settings than the study now gives is an error.
 """
 
 from __future__ import annotations
@@ -25,10 +44,12 @@ import argparse
 import hashlib
 import json
 import math
+import shutil
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -42,31 +63,146 @@ from ..stats import interval
 RECIPES = recipes_dir("smollm2_135m_instruct/arithmetic")  # shipped inside the package
 KS = (1, 2, 4, 8, 16)
 TIER_NAMES = {"0": "1-digit +", "1": "2-digit +", "2": "1-digit ×", "3": "2-digit × 1-digit"}
+RECORD_FILES = ("metrics.jsonl", "run.json", "passk.json", "recipe.yaml")
+STUDY_KEYS = {"title", "seeds", "settings", "reference", "figure", "arms", "recipes_dir", "eval_per_tier",
+              "eval_samples", "notes"}  # fmt: skip
 
 
-def cell_dir(method: str, seed: int, args) -> Path:
-    recipe = yaml.safe_load((Path(args.recipes_dir) / f"{method}.yaml").read_text())
-    settings = json.dumps({"recipe": recipe, "flags": args.recipe_overrides}, sort_keys=True)
-    return (
-        Path(args.output_dir) / "cells" / f"{method}-{hashlib.sha1(settings.encode()).hexdigest()[:8]}" / f"seed{seed}"
+def parse_flags(flags: list[str]) -> dict:
+    """`--key value` / `--key=value` / `--key v1 v2` command-line flags as recipe settings, each value read as YAML
+    would read it in a recipe (`0.4` → 0.4, `false` → False, `null` → None; a text that is not a plain YAML scalar
+    stays the text)."""
+
+    def value(text: str):
+        try:
+            parsed = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return text
+        return parsed if parsed is None or isinstance(parsed, (bool, int, float, str)) else text
+
+    settings, i = {}, 0
+    while i < len(flags):
+        flag = flags[i]
+        if not flag.startswith("--") or len(flag) < 3:
+            raise ValueError(f"recipe flags: expected --name value, got {flag!r}")
+        if "=" in flag:
+            key, text = flag[2:].split("=", 1)
+            settings[key], i = value(text), i + 1
+            continue
+        j = i + 1
+        while j < len(flags) and not flags[j].startswith("--"):
+            j += 1
+        values = [value(t) for t in flags[i + 1 : j]]
+        if not values:
+            raise ValueError(f"recipe flags: {flag} needs a value")
+        settings[flag[2:]] = values[0] if len(values) == 1 else values
+        i = j
+    return settings
+
+
+@dataclass
+class Arm:
+    """One arm of a study: a recipe (`<recipes_dir>/<recipe>.yaml`) and settings over it."""
+
+    name: str
+    recipe: str
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass
+class Study:
+    arms: list[Arm]
+    seeds: list[int]
+    records: Path  # where the records, tables and base evaluation live
+    recipes_dir: Path = RECIPES
+    settings: dict = field(default_factory=dict)  # over every arm
+    reference: str | None = None
+    title: str = "GRPO vs AER on SmolLM2-135M-Instruct"
+    figure: Path | None = None
+    eval_per_tier: int = 16
+    eval_samples: int = 16
+    source: Path | None = None  # the study file, if any
+
+    def merged(self, arm: Arm) -> dict:
+        """What the cell trains with: the arm's recipe, the study's settings over it, the arm's over those."""
+        path = self.recipes_dir / f"{arm.recipe}.yaml"
+        if not path.is_file():
+            raise FileNotFoundError(f"arm {arm.name!r}: no recipe {path}")
+        return {**(yaml.safe_load(path.read_text()) or {}), **self.settings, **arm.settings}
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
+
+
+def settings_hash(settings: dict) -> str:
+    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def load_study(path: str | Path) -> Study:
+    """A study file (module docstring). Unknown keys, arms without a recipe and clashing names are errors naming the
+    file and the key."""
+    path = Path(path)
+    spec = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(spec, dict):
+        raise ValueError(f"{path}: a study file is a mapping (title, seeds, settings, arms, ...)")
+    unknown = set(spec) - STUDY_KEYS
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; expected some of {sorted(STUDY_KEYS)}")
+    arms = []
+    for name, arm in (spec.get("arms") or {}).items():
+        if not isinstance(arm, dict) or "recipe" not in arm or set(arm) - {"recipe", "settings", "help"}:
+            raise ValueError(f"{path}: arm {name!r} must be a mapping with `recipe` and optional `settings`, `help`")
+        if "/" in str(name) or str(name).startswith("."):
+            raise ValueError(f"{path}: arm name {name!r} must be a plain folder name")
+        arms.append(Arm(str(name), str(arm["recipe"]), dict(arm.get("settings") or {})))
+    if not arms:
+        raise ValueError(f"{path}: no arms")
+    seeds = spec.get("seeds")
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise ValueError(f"{path}: seeds must be a non-empty list of integers, got {seeds!r}")
+    reference = spec.get("reference")
+    if reference is not None and reference not in {a.name for a in arms}:
+        raise ValueError(f"{path}: reference {reference!r} is not one of the arms {[a.name for a in arms]}")
+    return Study(
+        arms=arms,
+        seeds=seeds,
+        records=path.parent,
+        recipes_dir=Path(spec["recipes_dir"]) if spec.get("recipes_dir") else RECIPES,
+        settings=dict(spec.get("settings") or {}),
+        reference=reference,
+        title=str(spec.get("title") or path.parent.name),
+        figure=Path(spec["figure"]) if spec.get("figure") else None,
+        eval_per_tier=int(spec.get("eval_per_tier", 16)),
+        eval_samples=int(spec.get("eval_samples", 16)),
+        source=path,
     )
 
 
-def train_cell(method: str, seed: int, args) -> dict:
+def cell_dir(study: Study, arm: Arm, seed: int, output_dir: str | Path) -> Path:
+    """Where a cell trains: by recipe and the hash of everything it trains with (not by arm or study name)."""
+    return Path(output_dir) / "train" / f"{arm.recipe}-{settings_hash(study.merged(arm))}" / f"seed{seed}"
+
+
+def record_dir(study: Study, arm: Arm, seed: int) -> Path:
+    return study.records / "cells" / arm.name / f"seed{seed}"
+
+
+def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path) -> dict:
     """Train one cell in its own process unless it is finished; resume a killed one from its newest checkpoint."""
-    folder = cell_dir(method, seed, args)
+    folder = cell_dir(study, arm, seed, output_dir)
     done = folder / "run.json"
     if done.exists():
         return json.loads(done.read_text())
     folder.mkdir(parents=True, exist_ok=True)
+    settings = study.merged(arm)
+    atomic_write(folder / "recipe.yaml", yaml.safe_dump(settings, sort_keys=True, allow_unicode=True))
     resume = any((p / "trainer_state.json").is_file() for p in folder.glob("checkpoint-*"))
     command = [
         sys.executable,
         "-m",
         "aer_trl.run",  # the training command line, as `aer-train`
         "--config",
-        str(Path(args.recipes_dir) / f"{method}.yaml"),
-        *args.recipe_overrides,
+        str(folder / "recipe.yaml"),
         "--output_dir",
         str(folder),
         "--seed",
@@ -81,44 +217,93 @@ def train_cell(method: str, seed: int, args) -> dict:
         log.flush()
         code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
     if code != 0:
-        raise RuntimeError(f"training {method} seed {seed} failed (exit {code}); see {folder / 'train.log'}")
-    run = {"method": method, "seed": seed, "seconds": time.perf_counter() - start, "resumed": resume}
+        raise RuntimeError(f"training {arm.name} seed {seed} failed (exit {code}); see {folder / 'train.log'}")
+    run = {
+        "arm": arm.name,
+        "recipe": arm.recipe,
+        "seed": seed,
+        "settings_hash": settings_hash(settings),
+        "seconds": time.perf_counter() - start,
+        "resumed": resume,
+    }
     atomic_write(done, json.dumps(run, indent=2))
     return run
 
 
-def eval_arguments(args, models: list[str]):
-    """Held-out sampling in the format and token budget the cells were trained with: the first method's recipe with
-    the study's recipe flags (a `--max_completion_length 48` or `--prompt_system ...` given to the study reaches the
-    evaluation too), parsed as the training command parses it."""
+def eval_arguments(study: Study, arm: Arm, models: list[str], output_dir: str | Path):
+    """Held-out sampling in the format and token budget the arm was trained with (its merged recipe, parsed as the
+    training command parses it: a `max_completion_length` or prompt setting of the study reaches the evaluation)."""
     from ..evaluation import EvalArguments
     from ..training import parse_recipe
 
-    recipe = Path(args.recipes_dir) / f"{args.methods[0]}.yaml"
-    script_args, training_args, _ = parse_recipe(
-        ["--config", str(recipe), *args.recipe_overrides, "--output_dir", str(Path(args.output_dir) / "eval")]
-    )
+    eval_dir = Path(output_dir) / "eval"
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    recipe = eval_dir / f".recipe-{arm.recipe}-{settings_hash(study.merged(arm))}.yaml"
+    atomic_write(recipe, yaml.safe_dump(study.merged(arm), sort_keys=True, allow_unicode=True))
+    script_args, training_args, _ = parse_recipe(["--config", str(recipe), "--output_dir", str(eval_dir)])
     return EvalArguments(
         models=models,
         benchmarks=["arithmetic"],
-        output_dir=str(Path(args.output_dir) / "eval"),
-        num_samples=args.eval_samples,
-        k_list=[k for k in KS if k <= args.eval_samples],
+        output_dir=str(eval_dir),
+        num_samples=study.eval_samples,
+        k_list=[k for k in KS if k <= study.eval_samples],
         max_new_tokens=training_args.max_completion_length,
         temperature=1.0,
         seed=0,
         batch_size=8,
-        arithmetic_test_per_tier=args.eval_per_tier,
+        arithmetic_test_per_tier=study.eval_per_tier,
         **prompt_settings(script_args),
     )
 
 
-def held_out(args, model: str) -> dict:
+def held_out(study: Study, arm: Arm, model: str, output_dir: str | Path) -> dict:
     """pass@k overall and per tier of one model on the held-out split (resumable through the harness's store)."""
     from ..evaluation import evaluate
 
-    metrics = evaluate(eval_arguments(args, [model]))
+    metrics = evaluate(eval_arguments(study, arm, [model], output_dir))
     return next(iter(metrics.values()))["arithmetic"]
+
+
+def no_answer_share(passk: dict) -> float:
+    """The share of held-out completions with no parseable final answer: no marker (`unmarked`), or a marker whose
+    content does not parse (`unparsed`), out of every sample scored."""
+    stats = passk.get("reward_stats") or {}
+    total = passk["num_problems"] * passk["num_samples"]
+    return (stats.get("unmarked", 0) + stats.get("unparsed", 0)) / total
+
+
+def export_record(study: Study, arm: Arm, seed: int, folder: Path, passk: dict) -> Path:
+    """The cell's compact record: what the tables are made from, on any machine (no weights, no checkpoints)."""
+    out = record_dir(study, arm, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("metrics.jsonl", "recipe.yaml"):
+        shutil.copyfile(folder / name, out / name)
+    atomic_write(out / "passk.json", json.dumps(passk, sort_keys=True))
+    atomic_write(out / "run.json", (folder / "run.json").read_text())  # last: a record without it is unfinished
+    return out
+
+
+def read_record(study: Study, arm: Arm, seed: int) -> dict | None:
+    """A cell's record, or None when there is none. A record made with other settings is an error: a changed study
+    must name a new arm (or the old record be deleted), never mix two settings under one name."""
+    out = record_dir(study, arm, seed)
+    if not (out / "run.json").is_file():
+        return None
+    run = json.loads((out / "run.json").read_text())
+    expected = settings_hash(study.merged(arm))
+    if run.get("settings_hash") != expected:
+        raise ValueError(
+            f"{out}: the record was made with other settings (hash {run.get('settings_hash')}, the study now gives "
+            f"{expected}; compare {out / 'recipe.yaml'}): name a new arm for new settings, or delete the record"
+        )
+    missing = [n for n in RECORD_FILES if not (out / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{out}: the record lacks {missing}")
+    return {
+        "run": run,
+        "metrics": read_metrics(out / "metrics.jsonl"),
+        "passk": json.loads((out / "passk.json").read_text()),
+    }
 
 
 def training_summary(records: list[dict]) -> dict:
@@ -181,6 +366,7 @@ def passk_columns(ks) -> list:
     cols += [
         (f"{TIER_NAMES[t]} pass@1", lambda c, t=t: 100 * c["passk"]["per_group"][t]["pass@1"]) for t in TIER_NAMES
     ]
+    cols.append(("no answer (%)", lambda c: 100 * no_answer_share(c["passk"])))
     return cols
 
 
@@ -190,27 +376,28 @@ def _fmt(mean: float, half: float) -> str:
     return f"{mean:.3g}" if math.isnan(half) else f"{mean:.3g} ± {half:.2g}"
 
 
-def aggregate(cells: list[dict], base: dict | None, args) -> dict:
-    methods = list(dict.fromkeys(c["method"] for c in cells))
-    ks = [k for k in KS if k <= args.eval_samples]
+def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path | None = None) -> dict:
+    """Tables (`study.md`, `study.json` in the records folder) and the figure, from the cells' records alone."""
+    arms = list(dict.fromkeys(c["method"] for c in cells))
+    ks = [k for k in KS if k <= study.eval_samples]
     train_cols, eval_cols = COLUMNS, passk_columns(ks)
     rows = {}
-    for m in methods:
+    for m in arms:
         mine = [c for c in cells if c["method"] == m]
         rows[m] = {"seeds": sorted(c["seed"] for c in mine)}
         rows[m].update({name: interval([f(c) for c in mine]) for name, f in train_cols + eval_cols})
     paired = {}
-    reference = "grpo" if "grpo" in methods else methods[0]
+    reference = study.reference or ("grpo" if "grpo" in arms else arms[0])
     ref = {c["seed"]: c for c in cells if c["method"] == reference}
-    for m in methods:
-        if m == reference:
+    compared = eval_cols[:1] + eval_cols[len(ks) - 1 : len(ks)] + eval_cols[-1:] + train_cols[3:6]
+    for m in arms:
+        if m == reference or not ref:
             continue
         mine = {c["seed"]: c for c in cells if c["method"] == m and c["seed"] in ref}
-        paired[m] = {
-            name: interval([f(c) - f(ref[s]) for s, c in mine.items()])
-            for name, f in eval_cols[:1] + eval_cols[len(ks) - 1 : len(ks)] + train_cols[3:5]
-        }
-    lines = ["| method | seeds | " + " | ".join(n for n, _ in train_cols) + " |", "|---" * (len(train_cols) + 2) + "|"]
+        paired[m] = {name: interval([f(c) - f(ref[s]) for s, c in sorted(mine.items())]) for name, f in compared}
+        paired[m]["seeds"] = sorted(mine)
+    lines = [f"### {study.title}", ""]
+    lines += ["| arm | seeds | " + " | ".join(n for n, _ in train_cols) + " |", "|---" * (len(train_cols) + 2) + "|"]
     for m, row in rows.items():
         lines.append(f"| {m} | {len(row['seeds'])} | " + " | ".join(_fmt(*row[n]) for n, _ in train_cols) + " |")
     lines += [
@@ -224,28 +411,50 @@ def aggregate(cells: list[dict], base: dict | None, args) -> dict:
     for m, row in rows.items():
         lines.append(f"| {m} | {len(row['seeds'])} | " + " | ".join(_fmt(*row[n]) for n, _ in eval_cols) + " |")
     if paired:
-        names = list(next(iter(paired.values())))
-        lines += ["", f"| difference to {reference}, paired by seed | " + " | ".join(names) + " |"]
-        lines.append("|---" * (len(names) + 1) + "|")
+        names = [n for n, _ in compared]
+        lines += ["", f"| difference to {reference}, paired by seed | seeds | " + " | ".join(names) + " |"]
+        lines.append("|---" * (len(names) + 2) + "|")
         for m, diffs in paired.items():
-            lines.append(f"| {m} − {reference} | " + " | ".join(_fmt(*diffs[n]) for n in names) + " |")
+            lines.append(
+                f"| {m} − {reference} | {len(diffs['seeds'])} | " + " | ".join(_fmt(*diffs[n]) for n in names) + " |"
+            )
+    settings = {a.name: {"recipe": a.recipe, **study.settings, **a.settings} for a in study.arms}
     lines += [
         "",
         f"Mean over seeds ± half-width of the 95% Student-t interval. Training columns from metrics.jsonl (reward = "
-        f"accuracy; H = token-weighted policy entropy in nats; α = AER's global coefficient). Held-out: "
-        f"{args.eval_per_tier} problems per tier, n = {args.eval_samples} samples each, temperature 1, the training "
-        "prompt format, the same sampling seeds for every model. Recipe flags: "
-        f"`{' '.join(args.recipe_overrides) or 'none'}`.",
+        f"accuracy; H = token-weighted policy entropy in nats; α = AER's global coefficient; median |H−H*|/H* over "
+        f"the second half of training). Held-out: {study.eval_per_tier} problems per tier, n = {study.eval_samples} "
+        "samples each, temperature 1, the training prompt format, the same sampling seeds for every model; no answer "
+        "= completions with no final-answer marker or one that does not parse. Arms (recipe and settings over it): "
+        + "; ".join(
+            f"`{name}`: {s['recipe']}"
+            + (f" {json.dumps({k: v for k, v in s.items() if k != 'recipe'})}" if len(s) > 1 else "")
+            for name, s in settings.items()
+        )
+        + ".",
     ]
     table = "\n".join(lines) + "\n"
-    out = Path(args.output_dir)
+    out = study.records
+    out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "study.md", table)
-    atomic_write(out / "study.json", json.dumps({"cells": cells, "base": base, "rows": rows, "paired": paired}))
-    plot(cells, base, out / "figure.png", ks)
+    summary = {
+        "title": study.title,
+        "seeds": study.seeds,
+        "reference": reference,
+        "arms": settings,
+        "cells": cells,
+        "base": None if base is None else {**base, "no_answer_share": no_answer_share(base)},
+        "rows": rows,
+        "paired": paired,
+    }
+    atomic_write(out / "study.json", json.dumps(summary, indent=1, sort_keys=True, allow_nan=True) + "\n")
+    if figure is not None:
+        figure.parent.mkdir(parents=True, exist_ok=True)
+        plot(cells, base, figure, ks, study.title)
     return rows
 
 
-def plot(cells: list[dict], base: dict | None, path: Path, ks) -> Path:
+def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -272,10 +481,12 @@ def plot(cells: list[dict], base: dict | None, path: Path, ks) -> Path:
             ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], color=color[m], alpha=0.15)
         ax.set_title(title)
         ax.set_xlabel("step")
-    for m in methods:
-        targets = [c["target"] for c in cells if c["method"] == m and c["target"] == c["target"]]
-        if targets and m.startswith("aer"):
-            axes[0, 1].axhline(statistics.fmean(targets), color=color[m], ls="--", lw=1, label=f"H* = τ·H0 ({m})")
+    targets = {}
+    for c in cells:
+        if c["target"] == c["target"]:
+            targets.setdefault(round(c["target"] / c["h0"], 3) if c["h0"] else None, []).append(c["target"])
+    for tau, values in targets.items():  # one dashed line per τ, at the mean of the seeds' targets
+        axes[0, 1].axhline(statistics.fmean(values), color="k", ls="--", lw=1, label=f"H* = {tau}·H0 (mean)")
     for ax in (axes[0, 0], axes[0, 1], axes[0, 2]):
         ax.legend(fontsize=8)
     ax = axes[1, 1]
@@ -331,75 +542,135 @@ def plot(cells: list[dict], base: dict | None, path: Path, ks) -> Path:
     ax.set_title("training accuracy per tier (5-step running mean)")
     ax.set_xlabel("step")
     ax.legend(fontsize=6, ncol=2)
-    fig.suptitle("SmolLM2-135M-Instruct on the arithmetic tiers (2-shot chat prompts): mean over seeds, min–max band")
+    fig.suptitle(
+        f"{title or 'SmolLM2-135M-Instruct'}: arithmetic tiers, 2-shot chat prompts; mean over seeds, min–max band"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
 
+def study_from_flags(args) -> Study:
+    """`--methods`/`--seeds` and recipe flags: each method an arm with its recipe as it is, records in output_dir."""
+    missing = [m for m in args.methods if not (Path(args.recipes_dir) / f"{m}.yaml").is_file()]
+    if missing:
+        raise ValueError(f"no recipe for {missing} in {args.recipes_dir}")
+    return Study(
+        arms=[Arm(m, m) for m in args.methods],
+        seeds=args.seeds or [0],
+        records=Path(args.output_dir),
+        recipes_dir=Path(args.recipes_dir),
+        settings=parse_flags(args.recipe_overrides),
+        figure=Path(args.output_dir) / "figure.png",
+        eval_per_tier=args.eval_per_tier,
+        eval_samples=args.eval_samples,
+    )
+
+
+def cell_summary(arm: Arm, seed: int, record: dict) -> dict:
+    return {
+        "method": arm.name,
+        "recipe": arm.recipe,
+        "seed": seed,
+        **training_summary(record["metrics"]),
+        "no_answer_share": no_answer_share(record["passk"]),
+        "passk": record["passk"],
+    }
+
+
+def run_queue(studies: list[Study], output_dir: str | Path, evaluate_models: bool = True) -> None:
+    """Every missing cell of every study, seed-major across the studies (an interrupted queue leaves every arm at
+    about the same number of seeds), each trained, evaluated and recorded before the next starts."""
+    base_done: dict[Path, dict] = {}
+    for seed in sorted({s for study in studies for s in study.seeds}):
+        for study in studies:
+            if seed not in study.seeds:
+                continue
+            for arm in study.arms:
+                if read_record(study, arm, seed) is not None:
+                    continue
+                if evaluate_models and not (study.records / "base_passk.json").is_file():
+                    if study.records not in base_done:
+                        from ..gguf import convert_gguf
+
+                        base_done[study.records] = held_out(study, study.arms[0], str(convert_gguf()), output_dir)
+                        print(
+                            f"untrained: held-out pass@1 {100 * base_done[study.records]['pass@1']:.1f}%", flush=True
+                        )
+                    study.records.mkdir(parents=True, exist_ok=True)
+                    atomic_write(
+                        study.records / "base_passk.json", json.dumps(base_done[study.records], sort_keys=True)
+                    )
+                run = train_cell(study, arm, seed, output_dir)
+                print(f"{study.title} / {arm.name} seed {seed}: trained ({run['seconds']:.0f} s)", flush=True)
+                if not evaluate_models:
+                    continue
+                folder = cell_dir(study, arm, seed, output_dir)
+                passk = held_out(study, arm, str(folder), output_dir)
+                export_record(study, arm, seed, folder, passk)
+                print(f"{arm.name} seed {seed}: held-out pass@1 {100 * passk['pass@1']:.1f}%, recorded", flush=True)
+
+
+def tables(study: Study) -> dict:
+    """The study's tables and figure from its records alone; {} when no cell has a record yet."""
+    cells = []
+    for seed in study.seeds:
+        for arm in study.arms:
+            record = read_record(study, arm, seed)
+            if record is not None:
+                cells.append(cell_summary(arm, seed, record))
+    if not cells:
+        return {}
+    base_path = study.records / "base_passk.json"
+    base = json.loads(base_path.read_text()) if base_path.is_file() else None
+    return aggregate(cells, base, study, study.figure)
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
+    parser.add_argument("--study", nargs="+", default=None, help="study files (YAML): their cells in one queue")
     parser.add_argument("--methods", nargs="+", default=["grpo", "aer"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--output_dir", default="runs/real")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: [0], or the study file's")
+    parser.add_argument("--output_dir", default=None, help="where cells train (default runs/real, or runs/real_llm)")
     parser.add_argument("--recipes_dir", default=str(RECIPES), help="one <method>.yaml per method")
     parser.add_argument("--eval_per_tier", type=int, default=16, help="held-out problems per tier")
     parser.add_argument("--eval_samples", type=int, default=16, help="samples per held-out problem (n of pass@k)")
     parser.add_argument("--no_eval", action="store_true", help="train only (evaluate later)")
-    parser.add_argument("--aggregate_only", action="store_true", help="table and figure from finished cells")
+    parser.add_argument("--aggregate_only", action="store_true", help="tables and figure from the records alone")
     args, args.recipe_overrides = parser.parse_known_args(argv)
     clash = [a for a in args.recipe_overrides if a.split("=")[0] in ("--output_dir", "--seed", "--config")]
     if clash:
         parser.error(f"{clash[0]} is set per cell by this script")
-    missing = [m for m in args.methods if not (Path(args.recipes_dir) / f"{m}.yaml").is_file()]
-    if missing:
-        parser.error(f"no recipe for {missing} in {args.recipes_dir}")
-    Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-
-    evaluate_models = not args.no_eval and not args.aggregate_only
-    base = None
-    if evaluate_models:
-        from ..gguf import convert_gguf
-
-        base = held_out(args, str(convert_gguf()))
-        print(f"untrained: held-out pass@1 {100 * base['pass@1']:.1f}%", flush=True)
-    cells = []
-    for seed in args.seeds:  # seed-major: an interrupted study has every method at the same number of seeds
-        for method in args.methods:
-            folder = cell_dir(method, seed, args)
+    try:
+        if args.study:
+            if args.recipe_overrides:
+                parser.error(f"with --study, settings go in the study file, not {args.recipe_overrides[0]}")
+            studies = [load_study(p) for p in args.study]
+            if args.seeds:
+                for study in studies:
+                    study.seeds = list(args.seeds)
+        else:
+            args.output_dir = args.output_dir or "runs/real"
+            studies = [study_from_flags(args)]
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    output_dir = Path(args.output_dir or "runs/real_llm")
+    if not args.aggregate_only:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        run_queue(studies, output_dir, evaluate_models=not args.no_eval)
+    results = {}
+    for study in studies:
+        rows = tables(study)
+        if not rows:
             if args.aggregate_only:
-                if not (folder / "run.json").exists():
-                    continue
-            else:
-                run = train_cell(method, seed, args)
-                print(f"{method} seed {seed}: trained ({run['seconds']:.0f} s)", flush=True)
-            cell = {"method": method, "seed": seed, **training_summary(read_metrics(folder / "metrics.jsonl"))}
-            if evaluate_models:
-                cell["passk"] = held_out(args, str(folder))
-            elif (folder / "passk.json").exists():
-                cell["passk"] = json.loads((folder / "passk.json").read_text())
-            if "passk" in cell:
-                atomic_write(folder / "passk.json", json.dumps(cell["passk"]))
-                print(f"{method} seed {seed}: held-out pass@1 {100 * cell['passk']['pass@1']:.1f}%", flush=True)
-            cells.append(cell)
-    if args.aggregate_only:
-        base_path = Path(args.output_dir) / "base_passk.json"
-        base = json.loads(base_path.read_text()) if base_path.exists() else None
-    elif base is not None:
-        atomic_write(Path(args.output_dir) / "base_passk.json", json.dumps(base))
-    if not cells:
-        raise SystemExit(f"no finished cell under {Path(args.output_dir) / 'cells'} for these settings")
-    if any("passk" not in c for c in cells):
-        cells_eval = [c for c in cells if "passk" in c]
-        print(f"{len(cells) - len(cells_eval)} cells without held-out results are left out of the table", flush=True)
-        cells = cells_eval or cells
-    rows = aggregate(cells, base, args) if all("passk" in c for c in cells) else {}
-    if rows:
-        print((Path(args.output_dir) / "study.md").read_text())
-    return rows
+                raise SystemExit(f"no recorded cell under {study.records / 'cells'} for this study")
+            continue
+        print((study.records / "study.md").read_text(), flush=True)
+        results[study.title] = rows
+    return results if args.study else next(iter(results.values()), {})
 
 
 def cli() -> None:
