@@ -28,6 +28,10 @@ BASE = dict(output_dir="/tmp/aer-config-test", use_cpu=True, bf16=False, report_
         ({"aer_correctness_threshold": math.inf}, "aer_correctness_threshold must be a finite number"),
         ({"aer_target_entropy": 0.0}, "aer_target_entropy must be > 0"),
         ({"aer_target_entropy": -math.inf}, "aer_target_entropy must be a finite number"),
+        ({"aer_bonus_quantile": 0.0}, r"aer_bonus_quantile must be in \(0, 1\]"),
+        ({"aer_bonus_quantile": 1.2}, r"aer_bonus_quantile must be in \(0, 1\]"),
+        ({"aer_anchor_rollouts": 0}, "aer_anchor_rollouts must be an integer >= 1"),
+        ({"aer_anchor_rollouts": 1.5}, "aer_anchor_rollouts must be an integer >= 1"),
         ({"num_generations": 1}, "num_generations must be >= 2"),
         ({"entropy_coef": 0.01}, "entropy_coef=0.0 and use_adaptive_entropy=False"),
         ({"use_adaptive_entropy": True}, "entropy_coef=0.0 and use_adaptive_entropy=False"),
@@ -42,6 +46,7 @@ def test_defaults_are_the_papers():
     cfg = AERConfig(**BASE)
     assert (cfg.aer_rho, cfg.aer_tau, cfg.aer_eta, cfg.aer_alpha_init) == (0.2, 0.4, 0.005, 0.0)
     assert cfg.aer_difficulty_aware and cfg.aer_adaptive and cfg.aer_target_entropy is None
+    assert cfg.aer_bonus_quantile == 1.0 and cfg.aer_anchor_rollouts == 1  # ours, off unless asked for
 
 
 def test_every_aer_field_has_help():

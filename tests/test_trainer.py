@@ -426,3 +426,51 @@ def test_per_difficulty_telemetry(tmp_path, tokenizer):
         assert entropies and min(entropies) - 1e-6 <= h["aer/entropy"] <= max(entropies) + 1e-6  # a weighted mean
         if "aer/bucket/solved/lambda" in h:
             assert h["aer/bucket/solved/lambda"] == 0.0  # solved prompts never get the bonus
+
+
+# ---------------------------------------------------------------------------------- ours: forking tokens, anchor
+def test_forking_token_bonus_is_grpo_minus_mean_lambda_top_entropy_tokens(tmp_path, tokenizer):
+    """aer_bonus_quantile < 1 (method aer_fork): H_i over the batch's top-entropy tokens, computed independently."""
+    from aer_trl.controller import sequence_entropy
+
+    trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, method="aer_fork"))
+    assert trainer.args.aer_bonus_quantile == 0.2  # the method's default
+    model = trainer.model
+    model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    lam = [0.6, 0.0, 0.3, 0.0]
+    batch = fixed_batch(tokenizer, lam)
+    plain = {k: v for k, v in batch.items() if k != "aer_lambda"}
+    loss_aer = trainer.compute_loss(model, batch)
+    loss_grpo = GRPOTrainer.compute_loss(trainer, model, plain)
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    c_len = batch["completion_ids"].size(1)
+    logp = F.log_softmax(model(input_ids=ids, attention_mask=att).logits[:, -c_len - 1 : -1].float(), -1)
+    tokens = -(logp.exp() * logp).sum(-1)
+    fork = sequence_entropy(tokens, batch["completion_mask"], 0.2)
+    every = sequence_entropy(tokens, batch["completion_mask"], 1.0)
+    torch.testing.assert_close(loss_aer, loss_grpo - (torch.tensor(lam) * fork).mean(), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(fork, every)  # the test tells the two apart
+
+
+def test_anchor_over_three_rollouts_in_training(tmp_path, tokenizer):
+    trainer = train_aer(tmp_path, tokenizer, aer_anchor_rollouts=3, aer_alpha_init=0.05, aer_eta=0.01, max_steps=5)
+    logs = [h for h in trainer.state.log_history if "aer/entropy" in h]
+    measured = [h["aer/entropy"] for h in logs]
+    assert trainer.aer_callback.initial_entropy == pytest.approx(sum(measured[:3]) / 3, rel=1e-6)
+    assert "aer/initial_entropy" not in logs[0] and "aer/initial_entropy" not in logs[1]
+    assert alphas(trainer)[:2] == [0.05, 0.05]  # no target yet: α stays at its initial value
+    assert logs[2]["aer/target_entropy"] == pytest.approx(0.4 * trainer.aer_callback.initial_entropy, rel=1e-6)
+
+
+def test_resume_from_a_checkpoint_taken_while_h0_is_still_being_measured(tmp_path, tokenizer):
+    common = dict(
+        aer_anchor_rollouts=3, aer_tau=1.0, aer_eta=0.01, max_steps=5, save_strategy="steps", save_steps=2,
+        learning_rate=5e-2,
+    )  # fmt: skip
+    full = train_aer(tmp_path / "full", tokenizer, **common)
+    resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "resumed", **common))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    assert resumed.aer_callback.initial_entropy == pytest.approx(full.aer_callback.initial_entropy, rel=1e-6)
+    assert alphas(resumed) == alphas(full)
