@@ -36,6 +36,7 @@ test-gpu:
 lint:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format:
 	$(BIN)/ruff format .

@@ -1,70 +1,65 @@
-"""The house (docs/design.md §0): imports go down only, never from a lower floor to a higher one."""
+"""The house (docs/design.md §0), checked by import-linter's contracts in pyproject.toml (`lint-imports`): imports go
+down the floors only, the pure math stays pure, evaluation never imports the trainer. Every module has a place in
+the floors contract, and the contracts do fail on an upward import."""
 
-import ast
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "aer_trl"
+import tomllib
 
-# module (path under aer_trl/, without .py) -> floor; docs/design.md §0 draws the same table
-FLOORS = {
-    "controller": 1, "methods": 1, "registry": 1, "config": 1, "prompts": 1, "rewards": 1, "verifier": 1, "stats": 1,
-    "io": 1, "gguf": 1, "resources": 1, "evaluation/passk": 1, "evaluation/sampling": 1, "evaluation/store": 1,
-    "evaluation/args": 1,
-    "callback": 2, "sources": 2, "data": 2, "evaluation/harness": 2, "evaluation/plan": 2,
-    "evaluation/backends": 2, "evaluation/scoring": 2, "evaluation/reports": 2, "lab/warmstart": 2, "lab/tasks": 2,
-    "lab/model": 2, "lab/tokenizer": 2, "lab/rewards": 2, "studies/report": 4,
-    "trainer": 3, "training": 3, "metrics": 3, "evaluation/callback": 3, "card": 3,
-    "run": 4, "studies/demo": 4, "studies/real_study": 4, "evaluation/__main__": 4, "notebooks": 4,
-}  # fmt: skip
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "aer_trl"
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(PACKAGE).with_suffix("")
-    return "/".join(rel.parts[:-1]) if rel.name == "__init__" else "/".join(rel.parts)
+def _lint_imports(cwd: Path, env_path: Path | None = None) -> subprocess.CompletedProcess:
+    env = None
+    if env_path is not None:
+        import os
+
+        env = {**os.environ, "PYTHONPATH": str(env_path)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
-def _imports(path: Path) -> set[str]:
-    """aer_trl modules imported by `path` (relative and absolute imports, at any depth of the file)."""
-    here = path.relative_to(PACKAGE).parent.parts
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = list(here[: len(here) - (node.level - 1)])
-            elif node.module and node.module.startswith("aer_trl"):
-                base, node_module = [], node.module.removeprefix("aer_trl").lstrip(".")
-                parts = node_module.split(".") if node_module else []
-                for alias in node.names:
-                    found.add("/".join([*parts, alias.name]))
-                    found.add("/".join(parts))
-                continue
-            else:
-                continue
-            parts = [*base, *(node.module.split(".") if node.module else [])]
-            for alias in node.names:
-                found.add("/".join([*parts, alias.name]))
-            found.add("/".join(parts))
-    return {name for name in found if name in FLOORS}
+def _floors() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    floors = next(c for c in config["contracts"] if c["id"] == "floors")
+    return [m.strip() for layer in floors["layers"] for m in layer.replace("|", ":").split(":")]
 
 
-def test_every_module_has_a_floor():
-    modules = {_module_name(p) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
-    assert modules - set(FLOORS) == set(), "add the new module to FLOORS here and to docs/design.md §0"
+def test_the_contracts_are_kept():
+    result = _lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
 
 
-def test_no_import_goes_up_a_floor():
-    upward = []
+def test_every_module_has_a_place_on_a_floor():
+    named = _floors()
+    unplaced = []
     for path in PACKAGE.rglob("*.py"):
-        if path.name == "__init__.py":
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        module = ".".join(parts)
+        if module in ("aer_trl", "aer_trl.evaluation"):  # the packages' re-exports, not floors of their own
             continue
-        me = _module_name(path)
-        for other in _imports(path):
-            if FLOORS[other] > FLOORS[me]:
-                upward.append(f"{me} (floor {FLOORS[me]}) imports {other} (floor {FLOORS[other]})")
-    assert not upward, "\n".join(sorted(upward))
+        if not any(module == m or module.startswith(m + ".") for m in named):
+            unplaced.append(module)
+    assert unplaced == [], "name these modules in pyproject.toml's floors contract and in docs/design.md §0"
 
 
-def test_nothing_imports_the_command_line():
-    """`run.py` is the command line only: the lab, the notebooks and the studies train through `training.py`."""
-    importers = [_module_name(p) for p in PACKAGE.rglob("*.py") if "run" in _imports(p)]
-    assert importers == []
+def test_an_upward_import_breaks_the_floors(tmp_path):
+    """A copy of the package where the pure controller imports the training run: lint-imports must fail on it."""
+    shutil.copytree(PACKAGE, tmp_path / "aer_trl", ignore=shutil.ignore_patterns("__pycache__", "recipes"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    controller = tmp_path / "aer_trl" / "controller.py"
+    controller.write_text(controller.read_text() + "\nfrom . import training  # noqa: E402, F401\n")
+    lab = tmp_path / "aer_trl" / "lab" / "tasks.py"
+    lab.write_text(lab.read_text() + "\nfrom ..studies import demo  # noqa: E402, F401\n")
+    result = _lint_imports(tmp_path, env_path=tmp_path)
+    assert result.returncode != 0
+    assert "aer_trl.controller -> aer_trl.training" in result.stdout
+    assert "aer_trl.lab.tasks -> aer_trl.studies.demo" in result.stdout
