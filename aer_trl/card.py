@@ -28,6 +28,17 @@ AER_PAPER = {
 }
 
 
+HUB = "https://huggingface.co"
+
+
+def _local_base(base: str | None) -> str:
+    """How the card names a base model that is not on the Hub: by its folder's name, with its path."""
+    if not base:
+        return "a fine-tuned model"
+    name = os.path.basename(os.path.normpath(base)) or base
+    return f"a fine-tuned version of `{name}` (a local model: `{base}`)"
+
+
 def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **kwargs) -> None:
     """TRL's model card for the method actually trained. With AER's outputs off (a non-AER method, `aer_telemetry`
     unset) that is all: the card TRL writes, under the method's title. Otherwise it cites the AER paper (for the AER
@@ -44,17 +55,18 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
     GRPOTrainer.create_model_card(
         trainer, model_name=model_name, dataset_name=hub_dataset_id(dataset_name), tags=[*tags, *extra], **kwargs
     )
-    if not telemetry or not trainer.is_world_process_zero():
+    if not trainer.is_world_process_zero():
         return
-
     path = os.path.join(trainer.args.output_dir, "README.md")
     with open(path) as f:
         card = f.read()
     base = get_config_model_id(trainer.model.config)
-    card = card.replace(
-        "a fine-tuned version of [None](https://huggingface.co/None)",
-        f"a fine-tuned version of a local model (`{base}`)" if base else "a fine-tuned model",
-    )
+    # TRL links a Hub base model; for a local folder (or none) its template writes [None](https://huggingface.co/None)
+    card = card.replace(f"a fine-tuned version of [None]({HUB}/None)", _local_base(base))
+    if not telemetry:
+        with open(path, "w") as f:
+            f.write(card)
+        return
     cb = trainer.aer_callback
     fmt = lambda v: "n/a" if v is None else f"{v:.6g}"  # noqa: E731
     rows = [

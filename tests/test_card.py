@@ -33,3 +33,27 @@ def test_a_baseline_with_telemetry_has_its_section_without_aer_settings(tmp_path
     card = _card(tmp_path, "lab", method="clip_higher", aer_telemetry=True)
     assert "## Training method: GRPO with Clip-Higher (DAPO)" in card and "`clip_higher` baseline" in card
     assert "final α" not in card and "ρ (pivot accuracy)" not in card
+
+
+@pytest.mark.parametrize("config", [dict(method="grpo"), dict(method="aer")], ids=["grpo-telemetry-off", "aer"])
+@pytest.mark.parametrize("where", ["local", "hub"])
+def test_no_card_links_huggingface_co_none(tmp_path, config, where):
+    """A local base model is named by its folder (with its path); a Hub base model keeps TRL's link."""
+    tokenizer = helpers.make_tokenizer()
+    trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "run", **config), dataset_name="lab")
+    if where == "local":
+        folder = tmp_path / "models" / "my-base-model"
+        folder.mkdir(parents=True)
+        trainer.model.config._name_or_path = str(folder)
+    else:
+        trainer.model.config._name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    trainer.create_model_card()
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "huggingface.co/None" not in card
+    if where == "local":
+        assert f"a fine-tuned version of `my-base-model` (a local model: `{folder}`)" in card
+    else:
+        assert (
+            "[HuggingFaceTB/SmolLM2-135M-Instruct](https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct)" in card
+        )
+    assert ("## Training method" in card) == (config["method"] == "aer")  # telemetry off: TRL's card alone
