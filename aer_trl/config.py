@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .compat import has_activation_checkpointing
 from .registry import TOKEN_LEVEL_LOSSES, get_method, methods
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,16 @@ class AERConfig(GRPOConfig):
         metadata={
             "help": "Lower clipping bound ε of the importance ratio. Unset: 0.2 (TRL's default), 1.0 for Clip-Cov "
             "(the paper's c_l); KL-Cov trains unclipped and refuses it."
+        },
+    )
+    # TRL's `gradient_checkpointing` (default True) re-declared as "unset" so that, where transformers has renamed it
+    # `activation_checkpointing`, the value moves to the new name without transformers' FutureWarning (recipes keep
+    # the name every supported transformers knows); see `_checkpointing_name`.
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Activation (gradient) checkpointing: saves memory at the cost of a second forward. Unset: True "
+            "(TRL's default). Where transformers calls it `activation_checkpointing`, either name may be given."
         },
     )
     method: str = field(
@@ -167,8 +178,23 @@ class AERConfig(GRPOConfig):
     def __post_init__(self):
         self._apply_method()
         self._validate_aer()
+        self._checkpointing_name()
         super().__post_init__()
         self._align_saves_to_rollouts()
+
+    def _checkpointing_name(self) -> None:
+        """One value for activation checkpointing under the name the installed transformers wants (TRL's default
+        True when neither name is given)."""
+        if has_activation_checkpointing():
+            if getattr(self, "activation_checkpointing", None) is None:
+                self.activation_checkpointing = (
+                    True if self.gradient_checkpointing is None else self.gradient_checkpointing
+                )
+            if self.gradient_checkpointing_kwargs is not None and self.activation_checkpointing_kwargs is None:
+                self.activation_checkpointing_kwargs = self.gradient_checkpointing_kwargs
+            self.gradient_checkpointing = self.gradient_checkpointing_kwargs = None  # mirrored back by transformers
+        elif self.gradient_checkpointing is None:
+            self.gradient_checkpointing = True
 
     def _align_saves_to_rollouts(self) -> None:
         """Checkpoints only at rollout-batch boundaries: AER's iteration (entropy summed over a whole rollout batch,

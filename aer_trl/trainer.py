@@ -23,6 +23,7 @@ from trl.trainer.utils import get_config_model_id
 
 from .callback import AERCallback
 from .card import write_model_card
+from .compat import cache_kwarg
 from .config import AERConfig, settings_changes
 from .controller import (
     BUCKETS,
@@ -316,14 +317,15 @@ class AERGRPOTrainer(GRPOTrainer):
         unique_positions = (unique_mask.cumsum(-1) - 1).clamp(min=0)
         config = getattr(model, "config", None) or self.model.config
         cache = DynamicCache(config=config)
+        cache_name = cache_kwarg(model)  # `cache`, or `past_key_values` before transformers renamed it
         with self.accelerator.autocast():
             model(
                 input_ids=unique_ids[:, :-1],
                 attention_mask=unique_mask[:, :-1],
                 position_ids=unique_positions[:, :-1],
-                past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **{cache_name: cache},
             )
             cache.batch_select_indices(inverse)
             tail = input_ids[:, width - 1 :]  # the last prompt token, then the completion
@@ -333,8 +335,8 @@ class AERGRPOTrainer(GRPOTrainer):
                 input_ids=tail,
                 attention_mask=attention_mask,
                 position_ids=positions[:, width - 1 :],
-                past_key_values=cache,
                 shift_labels=shift_labels,
+                **{cache_name: cache},
                 fused_lm_head=True,
             )
         logps = outputs.log_probs[:, :logits_to_keep]

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from ..compat import cache_kwarg
+
 __all__ = ["isolated_rng", "sample_chunk", "sample_completions"]
 
 
@@ -82,8 +84,8 @@ def sample_chunk(
                         input_ids=ids[:, :-1],
                         attention_mask=mask[:, :-1],
                         position_ids=positions[:, :-1],
-                        past_key_values=cache,
                         use_cache=True,
+                        **{cache_kwarg(model): cache},
                     )
                     cache.batch_repeat_interleave(n)
                 except (TypeError, ValueError, NotImplementedError, AttributeError):
@@ -92,7 +94,7 @@ def sample_chunk(
                     out = model.generate(
                         input_ids=ids.repeat_interleave(n, 0),
                         attention_mask=mask.repeat_interleave(n, 0),
-                        past_key_values=cache,
+                        **{cache_kwarg(model): cache},
                         **sampling,
                     )
             if out is None:

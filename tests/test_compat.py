@@ -1,0 +1,46 @@
+"""aer_trl.compat: aer_trl's own calls use the names the installed transformers wants, so a run prints no
+deprecation warning of ours (`past_key_values` → `cache`, `gradient_checkpointing` → `activation_checkpointing`)."""
+
+import warnings
+
+import pytest
+
+from aer_trl import AERConfig
+from aer_trl.compat import cache_kwarg, has_activation_checkpointing
+from aer_trl.evaluation import sample_completions
+from tests import helpers
+
+RENAMED = ("past_key_values", "`gradient_checkpointing`", "gradient_checkpointing_kwargs")
+
+
+def _ours(caught) -> list[str]:
+    """Deprecation warnings about the renamed names (TRL's own `is_gradient_checkpointing` call is TRL's)."""
+    return [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, (FutureWarning, DeprecationWarning)) and any(n in str(w.message) for n in RENAMED)
+    ]
+
+
+@pytest.mark.parametrize("given", [{}, {"gradient_checkpointing": False}, {"gradient_checkpointing": True}])
+def test_checkpointing_set_by_either_name_without_a_warning(tmp_path, given):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config = AERConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **given)
+    assert _ours(caught) == []
+    expected = given.get("gradient_checkpointing", True)  # TRL's default: on
+    assert config.gradient_checkpointing is expected
+    if has_activation_checkpointing():
+        assert config.activation_checkpointing is expected
+
+
+def test_a_training_step_with_the_shared_prompt_forward_and_sampling_warn_of_no_renamed_name(tmp_path):
+    tokenizer = helpers.make_tokenizer()
+    args = helpers.make_config(tmp_path, share_prompt_forward=True, max_steps=1)
+    trainer = helpers.make_trainer(tokenizer, args)
+    assert cache_kwarg(trainer.model) in ("cache", "past_key_values")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+        sample_completions(trainer.model, tokenizer, ["1+2=", "3+4="], n=2, max_new_tokens=4, disable_tqdm=True)
+    assert _ours(caught) == []
