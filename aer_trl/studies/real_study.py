@@ -54,6 +54,7 @@ from pathlib import Path
 
 import yaml
 
+from ..analysis import tokens_table
 from ..io import atomic_write
 from ..metrics import read_metrics
 from ..prompts import prompt_settings
@@ -624,6 +625,8 @@ def tables(study: Study) -> dict:
         return {}
     base_path = study.records / "base_passk.json"
     base = json.loads(base_path.read_text()) if base_path.is_file() else None
+    for path in sorted(study.records.glob("tokens_seed*.json")):  # studies.tokens' records: which tokens carry H
+        atomic_write(study.records / f"{path.stem}.md", tokens_table(json.loads(path.read_text())))
     return aggregate(cells, base, study, study.figure)
 
 

@@ -1,0 +1,89 @@
+"""Which tokens carry the entropy, and the entropy bonus's push, on the real model (docs/real_llm.md).
+
+    python -m aer_trl.studies.tokens --study results/real_llm/dose/study.yaml --seed 0
+
+For the untrained model and each arm's model of one seed, the held-out completions the study already sampled (the
+evaluation store under `<output_dir>/eval`, the same prompts) are read back through the model: each completion
+token's entropy H and the norm of H's gradient with respect to the logits (`analysis.entropy_and_gradient`: how hard
+an entropy bonus pushes on that position), summed by token class (`analysis.token_classes`: the answer inside
+`\\boxed{}`, the box markup, the working before it, the words). Writes `<records>/tokens_seed<k>.json` (compact: the
+sums per class) and `tokens_seed<k>.md`, which `real_study --aggregate_only` makes again from the JSON alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ..analysis import REPORTED, entropy_and_gradient, token_classes, tokens_table
+from ..io import atomic_write
+from .real_study import cell_dir, eval_arguments, load_study
+
+
+@torch.no_grad()
+def breakdown(model_path: str, eval_args, samples: int = 4) -> dict:
+    """Token counts, Σ entropy and Σ gradient norm per token class over the first `samples` stored held-out
+    completions of every problem the evaluation sampled for `model_path`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..evaluation.plan import make_plans
+    from ..evaluation.store import load_store
+
+    plan = make_plans(eval_args, "transformers")[0]
+    store = load_store(Path(eval_args.output_dir), repair=False)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    sums = {c: {"tokens": 0, "entropy": 0.0, "gradient": 0.0} for c in REPORTED}
+    items = [(chunk, p) for chunk in plan.chunks for p in chunk.problems]
+    for chunk, problem in tqdm(items, desc=Path(model_path).name, unit="problem"):
+        record = store.get((plan.fp, problem.hash, chunk.key))
+        if record is None:
+            raise RuntimeError(f"{model_path}: no stored held-out samples for a problem; run the study's evaluation")
+        prompt = tokenizer(problem.text, add_special_tokens=False).input_ids
+        for completion in record["completions"][:samples]:
+            ids = tokenizer(completion, add_special_tokens=False).input_ids
+            if not ids:
+                continue
+            logits = model(input_ids=torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1]
+            entropy, gradient = entropy_and_gradient(logits / eval_args.temperature)
+            classes = token_classes([tokenizer.decode([i]) for i in ids])
+            for c, h, g in zip(classes, entropy.tolist(), gradient.tolist()):
+                if c in sums:
+                    sums[c]["tokens"] += 1
+                    sums[c]["entropy"] += h
+                    sums[c]["gradient"] += g
+    return sums
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--study", required=True, help="a study file whose cells of --seed are trained and evaluated")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output_dir", default="runs/real_llm", help="where the study's cells trained")
+    parser.add_argument("--samples", type=int, default=4, help="stored completions per problem to read back")
+    args = parser.parse_args(argv)
+    study = load_study(args.study)
+    from ..gguf import convert_gguf
+
+    models = {"untrained": (study.arms[0], str(convert_gguf()))}
+    for arm in study.arms:
+        folder = cell_dir(study, arm, args.seed, args.output_dir)
+        if not (folder / "run.json").is_file():
+            raise SystemExit(f"{arm.name} seed {args.seed} is not trained under {folder}")
+        models[arm.name] = (arm, str(folder))
+    data = {"seed": args.seed, "samples": args.samples, "models": {}}
+    for name, (arm, path) in models.items():
+        data["models"][name] = breakdown(path, eval_arguments(study, arm, [path], args.output_dir), args.samples)
+    out = study.records / f"tokens_seed{args.seed}.json"
+    atomic_write(out, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    atomic_write(study.records / f"tokens_seed{args.seed}.md", tokens_table(data))
+    print(tokens_table(data))
+    return data
+
+
+if __name__ == "__main__":
+    main()
