@@ -86,8 +86,10 @@ real-queue:
 
 # Every table and figure of docs/real_llm.md made again from the committed records alone (no training, < 1 min).
 real-results:
-	@for s in $(STUDIES); do $(BIN)/python -m aer_trl.studies.real_study --study $$s --aggregate_only >/dev/null || exit 1; \
+	@for s in $(STUDIES); do $(BIN)/python -m aer_trl.studies.real_study --study $$s --aggregate_only \
+		--docs docs/real_llm.md >/dev/null || exit 1; \
 		echo "$$s: $$(dirname $$s)/study.md"; done
+	@$(BIN)/python -m aer_trl.studies.anchor $(STUDIES) --docs docs/real_llm.md >/dev/null
 
 # The same study over seeds with 95% intervals (shares runs/real/ with `make real`: seed 0 is not trained twice).
 REAL_SEEDS ?= 0 1 2

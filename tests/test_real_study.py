@@ -162,3 +162,25 @@ def test_committed_studies_load_and_their_records_match_their_settings():
         for arm in study.arms:
             for seed in study.seeds:
                 real_study.read_record(study, arm, seed)  # raises on a mismatch or a missing file
+
+
+def test_every_committed_study_table_regenerates_from_its_records_and_is_the_one_in_the_docs(tmp_path):
+    """make real-results, checked: each committed study's tables made again from its records alone equal the
+    committed study.md, and docs/real_llm.md shows that table."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    docs = (root / "docs" / "real_llm.md").read_text()
+    for path in sorted((root / "results" / "real_llm").glob("*/study.yaml")):
+        if not (path.parent / "study.md").is_file():
+            continue
+        copy = tmp_path / path.parent.name
+        shutil.copytree(path.parent, copy)
+        study = real_study.load_study(copy / "study.yaml")
+        study.figure = None  # the figure is not compared
+        real_study.tables(study)
+        made = (copy / "study.md").read_text()
+        assert made == (path.parent / "study.md").read_text(), f"{path.parent}: run make real-results"
+        table_lines = [line for line in made.splitlines() if line.startswith("|")]
+        missing = [line for line in table_lines if line not in docs]
+        assert not missing, f"docs/real_llm.md lacks {path.parent.name}'s table (make real-results): {missing[:2]}"

@@ -356,7 +356,7 @@ COLUMNS = [
     ("H0", lambda c: c["h0"]),
     ("H, last 5 steps", lambda c: c["entropy_last"]),
     ("H last / H0", lambda c: c["entropy_ratio"]),
-    ("median |H−H*|/H* (2nd half)", lambda c: c["target_distance"]),
+    ("median \\|H−H*\\|/H* (2nd half)", lambda c: c["target_distance"]),
     ("α, last 5 steps", lambda c: c["alpha_last"]),
     ("length, last 5", lambda c: c["length_last"]),
 ]
@@ -630,6 +630,23 @@ def tables(study: Study) -> dict:
     return aggregate(cells, base, study, study.figure)
 
 
+def update_docs(docs: Path, study: Study) -> bool:
+    """Put the study's `study.md` (and its token tables) between `<!-- study:<folder> -->` and
+    `<!-- /study:<folder> -->` in `docs`; False when the page has no such markers."""
+    name = study.records.name
+    start, end = f"<!-- study:{name} -->", f"<!-- /study:{name} -->"
+    text = docs.read_text()
+    if start not in text or end not in text:
+        return False
+    body = (study.records / "study.md").read_text()
+    for path in sorted(study.records.glob("tokens_seed*.md")):
+        body += "\n" + path.read_text()
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    atomic_write(docs, f"{head}{start}\n{body}{end}{tail}")
+    return True
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
@@ -643,6 +660,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--eval_samples", type=int, default=16, help="samples per held-out problem (n of pass@k)")
     parser.add_argument("--no_eval", action="store_true", help="train only (evaluate later)")
     parser.add_argument("--aggregate_only", action="store_true", help="tables and figure from the records alone")
+    parser.add_argument("--docs", default=None, help="a page whose <!-- study:<folder> --> blocks get the tables")
     args, args.recipe_overrides = parser.parse_known_args(argv)
     clash = [a for a in args.recipe_overrides if a.split("=")[0] in ("--output_dir", "--seed", "--config")]
     if clash:
@@ -668,10 +686,13 @@ def main(argv=None) -> dict:
     for study in studies:
         rows = tables(study)
         if not rows:
-            if args.aggregate_only:
+            if args.aggregate_only and not args.study:
                 raise SystemExit(f"no recorded cell under {study.records / 'cells'} for this study")
+            print(f"{study.title}: no recorded cell yet under {study.records / 'cells'}", flush=True)
             continue
         print((study.records / "study.md").read_text(), flush=True)
+        if args.docs:
+            update_docs(Path(args.docs), study)
         results[study.title] = rows
     return results if args.study else next(iter(results.values()), {})
 

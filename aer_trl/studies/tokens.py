@@ -65,12 +65,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output_dir", default="runs/real_llm", help="where the study's cells trained")
     parser.add_argument("--samples", type=int, default=4, help="stored completions per problem to read back")
+    parser.add_argument("--arms", nargs="+", default=None, help="only these arms (default: every arm of the study)")
     args = parser.parse_args(argv)
     study = load_study(args.study)
     from ..gguf import convert_gguf
 
     models = {"untrained": (study.arms[0], str(convert_gguf()))}
     for arm in study.arms:
+        if args.arms and arm.name not in args.arms:
+            continue
         folder = cell_dir(study, arm, args.seed, args.output_dir)
         if not (folder / "run.json").is_file():
             raise SystemExit(f"{arm.name} seed {args.seed} is not trained under {folder}")
