@@ -28,6 +28,7 @@ class AERCallback(TrainerCallback, ExportableState):
         absolute_target: float | None = None,
         adaptive: bool = True,
         anchor_rollouts: int = 1,
+        step: str = "sign",
         target_entropy: float | None = None,  # the former spelling of absolute_target (checkpoints before 0.2)
     ):
         absolute_target = target_entropy if absolute_target is None else absolute_target
@@ -39,6 +40,7 @@ class AERCallback(TrainerCallback, ExportableState):
             absolute_target=absolute_target,
             adaptive=adaptive,
             anchor_rollouts=anchor_rollouts,
+            step=step,
         )
         self._init_args = {
             "tau": tau,
@@ -48,6 +50,7 @@ class AERCallback(TrainerCallback, ExportableState):
             "absolute_target": absolute_target,
             "adaptive": adaptive,
             "anchor_rollouts": anchor_rollouts,
+            "step": step,
         }
         self.pending_entropy: float | None = None
         # the run's settings (AERConfig.run_settings), set by the trainer and saved with the state, so that a resume
@@ -64,6 +67,7 @@ class AERCallback(TrainerCallback, ExportableState):
             absolute_target=args.aer_target_entropy,
             adaptive=args.aer_adaptive,
             anchor_rollouts=getattr(args, "aer_anchor_rollouts", 1),
+            step=getattr(args, "aer_step", "sign"),
         )
 
     # -- read by the trainer ------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .compat import has_activation_checkpointing
+from .controller import STEPS
 from .registry import TOKEN_LEVEL_LOSSES, get_method, methods
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,15 @@ class AERConfig(GRPOConfig):
             "TRL's forward with gradient checkpointing, DDP, multimodal or MoE inputs."
         },
     )
+    share_prompt_generation: bool = field(
+        default=False,
+        metadata={
+            "help": "Generate rollouts with each distinct prompt prefilled once and its KV cache repeated for the "
+            "completions of its group (TRL's generate prefills it num_generations times). The same sampling "
+            "distribution and, with the same seed, the same tokens up to float rounding. Applies to transformers' "
+            "`generate` (not vLLM, continuous batching, multimodal or tool-calling rollouts, where TRL's path runs)."
+        },
+    )
     aer_rho: float = field(
         default=0.2,
         metadata={
@@ -159,6 +169,14 @@ class AERConfig(GRPOConfig):
             "help": "C2's anchor H0 is the mean entropy of the first aer_anchor_rollouts rollout batches (α stays at "
             "aer_alpha_init until it is known). 1: the first rollout batch only (the paper). Ours: a larger value "
             "steadies H* when a rollout batch has few prompts (docs/real_llm.md)."
+        },
+    )
+    aer_step: str = field(
+        default="sign",
+        metadata={
+            "help": "C3's step. 'sign': α_{t+1} = [α_t + η·sgn(H* − H_t)]_+ (the paper). 'proportional': "
+            "α_{t+1} = [α_t + η·(H* − H_t)/H*]_+, at most η up below the target and down in proportion to the "
+            "overshoot above it (ours, method aer_prop, docs/methods.md)."
         },
     )
     aer_bonus_quantile: float = field(
@@ -367,6 +385,8 @@ class AERConfig(GRPOConfig):
             raise ValueError(
                 f"aer_alpha_max must be >= aer_alpha_init ({self.aer_alpha_init}) or None, got {self.aer_alpha_max}"
             )
+        if self.aer_step not in STEPS:
+            raise ValueError(f"aer_step must be one of {STEPS}, got {self.aer_step!r}")
         if not 0 < finite("aer_bonus_quantile", self.aer_bonus_quantile) <= 1:
             raise ValueError(f"aer_bonus_quantile must be in (0, 1], got {self.aer_bonus_quantile}")
         if isinstance(self.aer_anchor_rollouts, bool) or int(self.aer_anchor_rollouts) != self.aer_anchor_rollouts:

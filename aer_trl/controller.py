@@ -18,6 +18,7 @@ __all__ = [
     "difficulty_coefficients",
     "sign",
     "update_alpha",
+    "STEPS",
     "sequence_entropy",
     "AERController",
 ]
@@ -90,9 +91,33 @@ def sign(x: float) -> int:
     return (x > 0) - (x < 0)
 
 
-def update_alpha(alpha: float, entropy: float, target: float, eta: float, alpha_max: float | None = None) -> float:
-    """C3: α_{t+1} = max(0, α_t + η·sgn(H* − H_t)), optionally clamped above at ``alpha_max``."""
-    new = max(0.0, alpha + eta * sign(target - entropy))
+STEPS = ("sign", "proportional")
+
+
+def update_alpha(
+    alpha: float,
+    entropy: float,
+    target: float,
+    eta: float,
+    alpha_max: float | None = None,
+    step: str = "sign",
+) -> float:
+    """C3: α_{t+1} = max(0, α_t + η·sgn(H* − H_t)) (the paper, ``step="sign"``), optionally clamped above at
+    ``alpha_max``.
+
+    ``step="proportional"`` (ours, method ``aer_prop``, docs/methods.md): α_{t+1} = max(0, α_t + η·(H* − H_t)/H*).
+    Below the target α rises by at most η per iteration, less as H_t nears H*; above it α falls in proportion to
+    the overshoot (H_t = 3·H* takes 2η off), so an entropy that starts to run away is braked within a few
+    iterations instead of η at a time."""
+    if step == "sign":
+        delta = sign(target - entropy)
+    elif step == "proportional":
+        if not target > 0:
+            raise ValueError(f"a proportional step needs a target entropy H* > 0, got {target}")
+        delta = (target - entropy) / target
+    else:
+        raise ValueError(f"step must be one of {STEPS}, got {step!r}")
+    new = max(0.0, alpha + eta * delta)
     if alpha_max is not None:
         new = min(new, alpha_max)
     return new
@@ -146,6 +171,7 @@ class AERController:
     adaptive: bool = True
     initial_entropy: float | None = None
     anchor_rollouts: int = 1
+    step: str = "sign"
     anchor_entropies: list = field(default_factory=list)
     iteration: int = 0
     history: list = field(default_factory=list)
@@ -154,6 +180,8 @@ class AERController:
     def __post_init__(self):
         if int(self.anchor_rollouts) != self.anchor_rollouts or self.anchor_rollouts < 1:
             raise ValueError(f"anchor_rollouts must be an integer >= 1, got {self.anchor_rollouts}")
+        if self.step not in STEPS:
+            raise ValueError(f"step must be one of {STEPS}, got {self.step!r}")
         if self.target_entropy is not None:
             warnings.warn(
                 "AERController(target_entropy=...) is renamed absolute_target", DeprecationWarning, stacklevel=3
@@ -180,7 +208,7 @@ class AERController:
             if len(self.anchor_entropies) >= self.anchor_rollouts:
                 self.initial_entropy = sum(self.anchor_entropies) / len(self.anchor_entropies)
         if self.adaptive and self.target is not None:
-            self.alpha = update_alpha(self.alpha, entropy, self.target, self.eta, self.alpha_max)
+            self.alpha = update_alpha(self.alpha, entropy, self.target, self.eta, self.alpha_max, self.step)
         self.iteration += 1
         self.history.append({"iteration": self.iteration, "entropy": entropy, "alpha": self.alpha})
         return self.alpha

@@ -292,6 +292,16 @@ for _method in (
         trl_entropy=False,
     ),
     Method(
+        "aer_prop",
+        "AER with a proportional C3 step: α_{t+1} = [α_t + η·(H* − H_t)/H*]_+, braking an overshoot in proportion "
+        "to it (aer_step='proportional'); ours, not the paper's (docs/methods.md)",
+        "AER-GRPO (ours: proportional step)",
+        aer=True,
+        sets={"aer_step": "proportional"},
+        defaults={"aer_adaptive": True, "aer_difficulty_aware": True},
+        trl_entropy=False,
+    ),
+    Method(
         "aer_c1",
         "AER ablation 'C1 only': difficulty-aware λ with a fixed α = aer_alpha_init",
         "AER-GRPO (ablation: C1 only)",

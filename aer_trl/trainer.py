@@ -266,6 +266,78 @@ class AERGRPOTrainer(GRPOTrainer):
             metrics["aer/group_accuracy"].append(g_mean)
         return output
 
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        """`share_prompt_generation`: TRL's transformers rollout with each distinct prompt prefilled once; TRL's own
+        path everywhere else (vLLM, continuous batching, multimodal or tool rollouts, or no repeated prompt)."""
+        if not (
+            self.args.share_prompt_generation
+            and not self.use_vllm
+            and not self.use_transformers_continuous_batching
+            and not images
+            and not multimodal_fields
+            and not has_tool_images
+            and len(set(map(tuple, prompt_ids))) < len(prompt_ids)
+        ):
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images=has_tool_images
+            )
+        return self._shared_prompt_generate(prompt_ids), None
+
+    def _shared_prompt_generate(self, prompt_ids: list[list[int]]) -> list[list[int]]:
+        """TRL's regular `generate` rollout (the same left padding, generation config and EOS cut) with each distinct
+        prompt's prefill run once (all but its last token) and its KV cache indexed out to the rows that share it
+        (`cache.batch_select_indices`), so sampling starts from the same states as TRL's: same distribution, and the
+        same tokens for the same seed up to float rounding of the prefill (tests/test_shared_generation.py)."""
+        from transformers import DynamicCache
+        from trl.models import unwrap_model_for_generation
+        from trl.trainer.utils import pad
+
+        device = self.accelerator.device
+        keys = [tuple(ids) for ids in prompt_ids]
+        order = list(dict.fromkeys(keys))
+        inverse = torch.tensor([order.index(k) for k in keys], device=device)
+        tensors = [torch.tensor(k) for k in order]
+        padding = {"padding_side": "left", "pad_to_multiple_of": self.pad_to_multiple_of}
+        ids = pad(tensors, padding_value=self._tokenizer.pad_token_id, **padding).to(device)
+        mask = pad([torch.ones_like(t) for t in tensors], padding_value=0, **padding).to(device)
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as unwrapped_model,
+            torch.no_grad(),
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            cache = DynamicCache(config=unwrapped_model.config)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            if ids.size(1) > 1:
+                unwrapped_model(
+                    input_ids=ids[:, :-1],
+                    attention_mask=mask[:, :-1],
+                    position_ids=positions[:, :-1],
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{cache_kwarg(unwrapped_model): cache},
+                )
+                cache.batch_select_indices(inverse)
+            else:
+                cache = None
+            out = unwrapped_model.generate(
+                input_ids=ids[inverse],
+                attention_mask=mask[inverse],
+                generation_config=self.generation_config,
+                **({cache_kwarg(unwrapped_model): cache} if cache is not None else {}),
+            )
+        completion_ids = out[:, ids.size(1) :]
+        is_eos = torch.isin(completion_ids, torch.tensor(self.eos_token_ids, device=completion_ids.device))
+        eos_idx = torch.full((is_eos.size(0),), is_eos.size(1), dtype=torch.long, device=completion_ids.device)
+        eos_idx[is_eos.any(dim=1)] = is_eos.int().argmax(dim=1)[is_eos.any(dim=1)]
+        keep = torch.arange(is_eos.size(1), device=completion_ids.device).unsqueeze(0) <= eos_idx.unsqueeze(1)
+        return [c[m].tolist() for c, m in zip(completion_ids.cpu(), keep.cpu(), strict=True)]
+
     # ------------------------------------------------------------------------------------------------ loss
     @staticmethod
     def _trained_mask(inputs: dict) -> torch.Tensor:

@@ -70,7 +70,7 @@ def test_from_args_reads_the_config_fields(tmp_path):
     )  # fmt: skip
     assert AERCallback.from_args(config).state()["args"] == {
         "tau": 0.3, "eta": 0.02, "alpha_init": 0.01, "alpha_max": 0.2, "absolute_target": 0.9, "adaptive": True,
-        "anchor_rollouts": 2,
+        "anchor_rollouts": 2, "step": "sign",
     }  # fmt: skip
 
 

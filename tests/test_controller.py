@@ -95,6 +95,29 @@ def test_update_alpha_up_down_hold_and_clamps():
     assert update_alpha(0.19, entropy=0.1, target=0.4, eta=0.05, alpha_max=0.2) == 0.2  # upper clamp
 
 
+def test_update_alpha_proportional_step_hand_computed():
+    # α + η·(H* − H)/H*: below the target at most η up, less near it; above it down in proportion to the overshoot
+    assert update_alpha(0.1, entropy=0.1, target=0.4, eta=0.05, step="proportional") == pytest.approx(0.1375)
+    assert update_alpha(0.1, entropy=0.0, target=0.4, eta=0.05, step="proportional") == pytest.approx(0.15)
+    assert update_alpha(0.1, entropy=0.4, target=0.4, eta=0.05, step="proportional") == pytest.approx(0.1)
+    assert update_alpha(0.3, entropy=1.2, target=0.4, eta=0.05, step="proportional") == pytest.approx(0.2)
+    assert update_alpha(0.1, entropy=1.6, target=0.4, eta=0.05, step="proportional") == 0.0  # clamped at 0
+    assert update_alpha(0.19, entropy=0.0, target=0.4, eta=0.05, alpha_max=0.2, step="proportional") == 0.2
+    with pytest.raises(ValueError, match="H\\* > 0"):
+        update_alpha(0.1, entropy=0.1, target=0.0, eta=0.05, step="proportional")
+    with pytest.raises(ValueError, match="step must be one of"):
+        update_alpha(0.1, entropy=0.1, target=0.4, eta=0.05, step="pid")
+
+
+def test_controller_with_a_proportional_step():
+    ctrl = AERController(tau=0.5, eta=0.1, step="proportional")
+    ctrl.observe(2.0)  # H0 = 2, H* = 1; α = max(0, 0 + 0.1·(1 − 2)/1) = 0
+    assert ctrl.observe(0.5) == pytest.approx(0.05)
+    assert ctrl.observe(3.0) == pytest.approx(0.0)  # overshoot 3·H* takes 2η off: clamped at 0
+    with pytest.raises(ValueError, match="step must be one of"):
+        AERController(step="pid")
+
+
 def test_controller_anchors_h0_then_tracks_target():
     ctrl = AERController(tau=0.5, eta=0.1, alpha=0.0)
     assert ctrl.target is None

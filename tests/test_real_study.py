@@ -54,6 +54,16 @@ def test_a_setting_is_a_new_cell_and_equal_settings_share_one(tmp_path):
     )
 
 
+def test_execution_options_are_not_part_of_a_cells_identity(tmp_path):
+    """`share_prompt_generation` changes how rollouts are computed, not which (same tokens for the same seed): a
+    record made before it was switched on is the same cell; a setting of the experiment is not."""
+    aer = _study(tmp_path).arm("aer")
+    cell = real_study.cell_dir(_study(tmp_path), aer, 0, tmp_path)
+    for value in ("true", "false"):
+        assert real_study.cell_dir(_study(tmp_path, "--share_prompt_generation", value), aer, 0, tmp_path) == cell
+    assert real_study.cell_dir(_study(tmp_path, "--share_prompt_forward", "false"), aer, 0, tmp_path) != cell
+
+
 def test_the_evaluation_samples_in_the_format_and_budget_the_cells_trained_with(tmp_path):
     study = _study(tmp_path)
     plain = real_study.eval_arguments(study, study.arm("aer"), ["m"], tmp_path)

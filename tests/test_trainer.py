@@ -181,6 +181,19 @@ def test_alpha_rises_below_target_and_falls_but_not_below_zero_above(tmp_path, t
     assert alphas(down) == pytest.approx([0.015, 0.005, 0.0, 0.0])
 
 
+def test_method_aer_prop_moves_alpha_by_the_proportional_step_in_training(tmp_path, tokenizer):
+    """Ours (method aer_prop): α_{t+1} = [α_t + η·(H* − H_t)/H*]_+ from the entropies the trainer measured."""
+    trainer = train_aer(tmp_path, tokenizer, method="aer_prop", aer_target_entropy=5.0, aer_eta=0.01, max_steps=4)
+    assert trainer.args.aer_step == "proportional"
+    measured = [h["entropy"] for h in trainer.aer_callback.controller.history]
+    expected, alpha = [], 0.0
+    for h in measured:
+        alpha = max(0.0, alpha + 0.01 * (5.0 - h) / 5.0)
+        expected.append(alpha)
+    assert alphas(trainer) == pytest.approx(expected, rel=1e-9)
+    assert len(set(alphas(trainer))) == 4 and alphas(trainer) != pytest.approx([0.01, 0.02, 0.03, 0.04])
+
+
 @pytest.mark.parametrize(
     ("overrides", "steps", "iterations"),
     [

@@ -135,8 +135,17 @@ class Study:
         return next(a for a in self.arms if a.name == name)
 
 
+# How a cell computes, not what it trains: options that give the same rollouts and updates for the same seed (same
+# tokens, float rounding aside; for `share_prompt_generation` tests/test_shared_generation.py, and 128 of 128 rows
+# equal on SmolLM2). Like the thread count, they are left out of a cell's identity, so records made before one was
+# switched on stay the same cells.
+EXECUTION_KEYS = ("share_prompt_generation",)
+
+
 def settings_hash(settings: dict) -> str:
-    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+    """A cell's identity: the hash of everything it trains with but `EXECUTION_KEYS`."""
+    kept = {k: v for k, v in settings.items() if k not in EXECUTION_KEYS}
+    return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def load_study(path: str | Path) -> Study:
