@@ -4,6 +4,7 @@ samples and token budget on the same model, measured in the same run. Prints sam
 
     python benchmarks/eval_throughput.py                        # SmolLM2-135M-Instruct, 16 problems x 8 samples
     python benchmarks/eval_throughput.py --problems 64 --num_samples 8 --max_new_tokens 256 --benchmark gsm8k.jsonl
+    .venv-vllm/bin/python benchmarks/eval_throughput.py --problems 64 --num_samples 16 --backends transformers vllm
 
 The problems are the arithmetic tiers' held-out split in the 2-shot chat format (or `--benchmark`, any question/
 answer file, in the default boxed-instruction format). On a GPU both run in bf16 on cuda.
@@ -38,6 +39,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--num_samples", type=int, default=8)
     parser.add_argument("--max_new_tokens", type=int, default=24)
     parser.add_argument("--batch_size", type=int, default=8, help="the harness's chunk size (problems per call)")
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        default=["transformers"],
+        choices=["transformers", "vllm"],
+        help="the harness's backends to time, each against the same plain generate (vllm: from .venv-vllm)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -87,16 +95,32 @@ def main(argv=None) -> dict:
     plain_tokens = int((out[:, enc["input_ids"].shape[1] :] != tokenizer.pad_token_id).sum())
     del model
 
-    folder = tempfile.mkdtemp(prefix="eval_throughput_")
+    from aer_trl.evaluation import backends
+
+    harness, engine_start = {}, {}
+    original_init = backends.VLLMGenerator.__init__
+
+    def timed_init(self, *a, **k):
+        t0 = time.perf_counter()
+        original_init(self, *a, **k)
+        engine_start["vllm"] = time.perf_counter() - t0
+
+    backends.VLLMGenerator.__init__ = timed_init
     try:
-        eval_args.output_dir = folder
-        start = time.perf_counter()
-        evaluate(eval_args)
-        harness = time.perf_counter() - start
+        for backend in args.backends:
+            folder = tempfile.mkdtemp(prefix="eval_throughput_")
+            try:
+                eval_args.output_dir, eval_args.backend = folder, backend
+                start = time.perf_counter()
+                evaluate(eval_args)
+                harness[backend] = time.perf_counter() - start
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        backends.VLLMGenerator.__init__ = original_init
 
     samples = len(texts) * args.num_samples
+    first = args.backends[0]
     result = {
         "device": torch.cuda.get_device_name() if device == "cuda" else f"cpu ({torch.get_num_threads()} threads)",
         "problems": len(texts),
@@ -106,13 +130,25 @@ def main(argv=None) -> dict:
         "plain_generate_s": round(plain, 2),
         "plain_samples_per_s": round(samples / plain, 2),
         "plain_new_tokens": plain_tokens,
-        "harness_s": round(harness, 2),
-        "harness_samples_per_s": round(samples / harness, 2),
-        "harness_over_plain": round(harness / plain, 3),
+        "harness_s": round(harness[first], 2),
+        "harness_samples_per_s": round(samples / harness[first], 2),
+        "harness_over_plain": round(harness[first] / plain, 3),
+        "backends": {
+            b: {
+                "harness_s": round(t, 2),
+                "engine_start_s": round(engine_start[b], 2) if b in engine_start else None,
+                "sampling_samples_per_s": round(samples / (t - engine_start.get(b, 0.0)), 2),
+                "harness_over_plain": round(t / plain, 3),
+            }
+            for b, t in harness.items()
+        },
     }
     print(json.dumps(result, indent=2))
+    for b, r in result["backends"].items():
+        start_note = f", engine start {r['engine_start_s']} s" if r["engine_start_s"] is not None else ""
+        print(f"{b}: harness {r['harness_s']} s{start_note}, {r['sampling_samples_per_s']} samples/s after start")
     print(
-        f"\nharness {result['harness_samples_per_s']} samples/s (model load, judging and store included) vs one plain "
+        f"\nharness ({first}) {result['harness_samples_per_s']} samples/s (model load, judging and store included) vs one plain "
         f"batched generate {result['plain_samples_per_s']} samples/s: ratio {result['harness_over_plain']}"
     )
     if args.json:

@@ -26,7 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 PATHS = {
     "trl": ["--share_prompt_generation", "false"],
     "shared": ["--share_prompt_generation", "true"],
-    "vllm": ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_enable_sleep_mode", "false"],
+    # the recipe's generation_kwargs ({use_cache: true}) are transformers' and vLLM's SamplingParams refuses them
+    "vllm": ["--use_vllm", "true", "--vllm_mode", "colocate", "--generation_kwargs", "{}"],
 }
 
 

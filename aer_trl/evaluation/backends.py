@@ -111,7 +111,11 @@ class VLLMGenerator:
             vllm_support.check_version()
             tokens = args.batch_size * args.num_samples * (CPU_PROMPT_TOKENS + args.max_new_tokens)
             vllm_support.cpu_defaults(AutoConfig.from_pretrained(model_name), tokens, args.output_dir)
-            kwargs["max_num_batched_tokens"] = max(8192, args.batch_size * (CPU_PROMPT_TOKENS + args.max_new_tokens))
+            # every sequence of a chunk (vLLM fans n samples out into n requests, each prefilled in the step that
+            # schedules it) in one step: a seeded request whose prefill is split crashes the CPU sampler
+            sequences = args.batch_size * args.num_samples
+            kwargs["max_num_batched_tokens"] = max(8192, sequences * (CPU_PROMPT_TOKENS + args.max_new_tokens))
+            kwargs["max_num_seqs"] = max(256, sequences)
             # eager mode: the CPU build compiles a graph per batch shape, and a chunk's requests finish one by one
             kwargs["enforce_eager"] = True
         self.llm = LLM(
