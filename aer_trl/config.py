@@ -188,6 +188,15 @@ class AERConfig(GRPOConfig):
             "controller's measured entropy H_t stays the mean over every token."
         },
     )
+    entropy_target_ratio: float | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's adaptive entropy control (`use_adaptive_entropy`, method skywork) with its target anchored "
+            "as AER anchors H*: `entropy_target` becomes entropy_target_ratio × H0, H0 the entropy of the first "
+            "rollout batch (replacing the absolute entropy_target from then on; the first step decides as that "
+            "target would). Needs aer_telemetry (AER's measurement of H0). None: TRL's absolute entropy_target."
+        },
+    )
     aer_target_entropy: float | None = field(
         default=None,
         metadata={"help": "Absolute target entropy H* > 0 in nats; overrides τ · H0 when set."},
@@ -396,6 +405,15 @@ class AERConfig(GRPOConfig):
         if finite("aer_eps", self.aer_eps) <= 0:
             raise ValueError(f"aer_eps must be > 0, got {self.aer_eps}")
         finite("aer_correctness_threshold", self.aer_correctness_threshold)
+        if self.entropy_target_ratio is not None:
+            if finite("entropy_target_ratio", self.entropy_target_ratio) <= 0:
+                raise ValueError(f"entropy_target_ratio must be > 0 or None, got {self.entropy_target_ratio}")
+            if not (self.use_adaptive_entropy and self.aer_telemetry):
+                raise ValueError(
+                    "entropy_target_ratio anchors TRL's adaptive entropy target at H0: it needs use_adaptive_entropy "
+                    f"(got {self.use_adaptive_entropy}; method skywork sets it) and aer_telemetry (got "
+                    f"{self.aer_telemetry}) to measure H0"
+                )
         if self.aer_target_entropy is not None and finite("aer_target_entropy", self.aer_target_entropy) <= 0:
             raise ValueError(f"aer_target_entropy must be > 0 or None, got {self.aer_target_entropy}")
         if isinstance(self.aer_correctness_reward, str) and self.aer_correctness_reward.lstrip("-").isdigit():

@@ -126,6 +126,10 @@ class AERGRPOTrainer(GRPOTrainer):
         self._aer_last_metrics: dict[str, float] = {}  # last logged aer/* values, repeated on steps without new ones
         self.aer_resume_changes: dict[str, tuple] = {}  # settings that differ from the checkpoint resumed from
         self._aer_token_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
+        if args.entropy_target_ratio is not None:
+            # until H0 is measured, a target on the side of H0 that τ·H0 is on: TRL's step-1 update then decides as
+            # the anchored target would (up when ratio >= 1, down otherwise)
+            self.args.entropy_target = math.inf if args.entropy_target_ratio >= 1 else 0.0
 
     # ------------------------------------------------------------------------------------------------ controller
     @staticmethod
@@ -197,6 +201,9 @@ class AERGRPOTrainer(GRPOTrainer):
             return
         data = data[0] if isinstance(data, list) else data
         live.controller_state = data["attributes"]["controller_state"]
+        history = live.controller.history
+        if history:  # entropy_target_ratio: the anchor is the first rollout batch's entropy, as before the kill
+            self._anchor_trl_entropy_target(history[0]["entropy"])
         saved = data["attributes"].get("settings")
         changes = settings_changes(saved, self.args.run_settings()) if saved else {}
         if changes and self.accelerator.is_main_process:
@@ -516,12 +523,25 @@ class AERGRPOTrainer(GRPOTrainer):
         self._aer_entropy_stats = None
         entropy = stats[0] / stats[1] if stats[1] > 0 else float("nan")
         self.aer_callback.submit_entropy(entropy)
+        self._anchor_trl_entropy_target(entropy)
         if not math.isnan(entropy):
             self._metrics["train"]["aer/entropy"].append(entropy)
         n = len(BUCKETS)
         for b, name in enumerate(BUCKETS):
             if stats[2 + n + b] > 0:
                 self._metrics["train"][f"aer/bucket/{name}/entropy"].append(stats[2 + b] / stats[2 + n + b])
+
+    def _anchor_trl_entropy_target(self, entropy: float) -> None:
+        """`entropy_target_ratio`: TRL's adaptive entropy target = ratio × H0, H0 the first rollout batch's entropy
+        (the anchor AER's controller takes with its defaults); set once, kept through a resume (the controller's H0
+        is checkpointed)."""
+        ratio = self.args.entropy_target_ratio
+        if ratio is None or getattr(self, "_trl_target_anchored", False) or not math.isfinite(entropy):
+            return
+        self.args.entropy_target = ratio * entropy
+        self._trl_target_anchored = True
+        self._metrics["train"]["aer/trl_entropy_target"].append(self.args.entropy_target)
+        logger.info("entropy_target anchored: %s x H0 %.4f = %.4f", ratio, entropy, self.args.entropy_target)
 
     # ------------------------------------------------------------------------------------------------ model card
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):

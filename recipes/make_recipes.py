@@ -33,7 +33,7 @@ SETTINGS = {
     ],
     "qwen3_4b_base/dapo_math_17k/aer.yaml": ["grpo", "clip_higher"],
     "smollm2_135m_instruct/gsm8k/aer.yaml": ["grpo"],
-    "smollm2_135m_instruct/arithmetic/aer.yaml": ["grpo", "clip_cov", "kl_cov"],
+    "smollm2_135m_instruct/arithmetic/aer.yaml": ["grpo", "clip_higher", "clip_cov", "kl_cov", "skywork"],
     "smollm2_135m_instruct/arithmetic_gpu/aer.yaml": ["grpo", "clip_cov", "kl_cov"],
     "qwen3_8b_base/dapo_math_17k/aer.yaml": ["grpo", "clip_higher"],
 }
