@@ -148,8 +148,9 @@ def main(argv=None) -> dict:
         start_note = f", engine start {r['engine_start_s']} s" if r["engine_start_s"] is not None else ""
         print(f"{b}: harness {r['harness_s']} s{start_note}, {r['sampling_samples_per_s']} samples/s after start")
     print(
-        f"\nharness ({first}) {result['harness_samples_per_s']} samples/s (model load, judging and store included) vs one plain "
-        f"batched generate {result['plain_samples_per_s']} samples/s: ratio {result['harness_over_plain']}"
+        f"\nharness ({first}) {result['harness_samples_per_s']} samples/s (model load, judging and store included) "
+        f"vs one plain batched generate {result['plain_samples_per_s']} samples/s: "
+        f"ratio {result['harness_over_plain']}"
     )
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
