@@ -333,6 +333,10 @@ def training_summary(records: list[dict]) -> dict:
     h0 = next((r["aer/initial_entropy"] for r in steps if r.get("aer/initial_entropy")), float("nan"))
     second = [(s, h) for s, h in entropy[len(entropy) // 2 :]]
     distance = [abs(h - target) / target for _, h in second] if target == target and target else []
+    # the same statistic around the run's own median: what a controller that put the median exactly at H* would
+    # score, given how much the entropy of one rollout batch moves from batch to batch
+    centre = statistics.median(h for _, h in second) if second else float("nan")
+    spread = [abs(h - centre) / centre for _, h in second] if centre == centre and centre else []
     hard = [
         (s, (r.get("aer/bucket/unsolved/share") or 0) + (r.get("aer/bucket/hard/share") or 0))
         for s, r in ((r["step"], r) for r in steps)
@@ -346,6 +350,7 @@ def training_summary(records: list[dict]) -> dict:
         "target": target,
         "entropy_ratio": mean_of("aer/entropy", last) / h0 if h0 == h0 and h0 else float("nan"),
         "target_distance": statistics.median(distance) if distance else float("nan"),
+        "entropy_spread": statistics.median(spread) if spread else float("nan"),
         "alpha_last": mean_of("aer/alpha", last),
         "length_last": mean_of("completions/mean_length", last),
         "curves": {
@@ -366,6 +371,7 @@ COLUMNS = [
     ("H, last 5 steps", lambda c: c["entropy_last"]),
     ("H last / H0", lambda c: c["entropy_ratio"]),
     ("median \\|H−H*\\|/H* (2nd half)", lambda c: c["target_distance"]),
+    ("its floor: median \\|H−med H\\|/med H", lambda c: c["entropy_spread"]),
     ("α, last 5 steps", lambda c: c["alpha_last"]),
     ("length, last 5", lambda c: c["length_last"]),
 ]
@@ -433,7 +439,8 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
         "",
         f"Mean over seeds ± half-width of the 95% Student-t interval. Training columns from metrics.jsonl (reward = "
         f"accuracy; H = token-weighted policy entropy in nats; α = AER's global coefficient; median |H−H*|/H* over "
-        f"the second half of training). Held-out: {study.eval_per_tier} problems per tier, n = {study.eval_samples} "
+        f"the second half of training; its floor: the same statistic around the run's own median entropy, i.e. what "
+        f"a controller holding the median exactly at H* would score given the batch-to-batch spread). Held-out: {study.eval_per_tier} problems per tier, n = {study.eval_samples} "
         "samples each, temperature 1, the training prompt format, the same sampling seeds for every model; no answer "
         "= completions with no final-answer marker or one that does not parse. Arms (recipe and settings over it): "
         + "; ".join(
