@@ -179,6 +179,14 @@ class AERConfig(GRPOConfig):
             "overshoot above it (ours, method aer_prop, docs/methods.md)."
         },
     )
+    aer_bonus_cap: float | None = field(
+        default=None,
+        metadata={
+            "help": "The bonus saturates at aer_bonus_cap × H*: the objective's entropy term is λ_i·min(H_i, "
+            "aer_bonus_cap·H*), so a completion whose entropy is above the cap gets no push (ours, method aer_cap "
+            "sets 1.0, docs/methods.md). None: λ_i·H_i (the paper)."
+        },
+    )
     aer_bonus_quantile: float = field(
         default=1.0,
         metadata={
@@ -396,6 +404,8 @@ class AERConfig(GRPOConfig):
             )
         if self.aer_step not in STEPS:
             raise ValueError(f"aer_step must be one of {STEPS}, got {self.aer_step!r}")
+        if self.aer_bonus_cap is not None and finite("aer_bonus_cap", self.aer_bonus_cap) <= 0:
+            raise ValueError(f"aer_bonus_cap must be > 0 or None, got {self.aer_bonus_cap}")
         if not 0 < finite("aer_bonus_quantile", self.aer_bonus_quantile) <= 1:
             raise ValueError(f"aer_bonus_quantile must be in (0, 1], got {self.aer_bonus_quantile}")
         if isinstance(self.aer_anchor_rollouts, bool) or int(self.aer_anchor_rollouts) != self.aer_anchor_rollouts:

@@ -20,6 +20,7 @@ __all__ = [
     "update_alpha",
     "STEPS",
     "sequence_entropy",
+    "capped_entropy",
     "AERController",
 ]
 
@@ -147,6 +148,14 @@ def sequence_entropy(entropies: torch.Tensor, mask: torch.Tensor, quantile: floa
             threshold = torch.quantile(trained.float(), 1.0 - quantile).to(entropies.dtype)
             mask = mask * (entropies.detach() >= threshold).to(entropies.dtype)
     return (entropies * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
+def capped_entropy(seq_entropy: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """min(H_i, cap): the entropy the bonus raises, saturating at `cap` (ours, method ``aer_cap``, docs/methods.md).
+    A completion already above the cap gets no push (zero gradient); below it, the paper's H_i. None: H_i as is."""
+    if cap is None:
+        return seq_entropy
+    return torch.clamp(seq_entropy, max=float(cap))
 
 
 @dataclass

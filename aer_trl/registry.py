@@ -302,6 +302,15 @@ for _method in (
         trl_entropy=False,
     ),
     Method(
+        "aer_cap",
+        "AER with the bonus saturating at the target: λ_i·min(H_i, H*), no push on a completion already above H* "
+        "(aer_bonus_cap=1.0); ours, not the paper's (docs/methods.md)",
+        "AER-GRPO (ours: bonus capped at H*)",
+        aer=True,
+        defaults={"aer_adaptive": True, "aer_difficulty_aware": True, "aer_bonus_cap": 1.0},
+        trl_entropy=False,
+    ),
+    Method(
         "aer_c1",
         "AER ablation 'C1 only': difficulty-aware λ with a fixed α = aer_alpha_init",
         "AER-GRPO (ablation: C1 only)",

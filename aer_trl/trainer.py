@@ -27,6 +27,7 @@ from .compat import cache_kwarg
 from .config import AERConfig, settings_changes
 from .controller import (
     BUCKETS,
+    capped_entropy,
     difficulty_buckets,
     difficulty_coefficients,
     group_accuracy,
@@ -488,6 +489,8 @@ class AERGRPOTrainer(GRPOTrainer):
         lam = inputs.get("aer_lambda")
         if lam is not None and bool((lam != 0).any()):  # on the host: no device sync
             seq_entropy = sequence_entropy(entropies, mask, self.args.aer_bonus_quantile)  # H_i, carries gradient
+            if self.args.aer_bonus_cap is not None and self.aer_callback.target is not None:
+                seq_entropy = capped_entropy(seq_entropy, self.args.aer_bonus_cap * self.aer_callback.target)
             accumulation_factor = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             lam = lam.to(device=seq_entropy.device, dtype=seq_entropy.dtype, non_blocking=True)
             loss = loss - (lam * seq_entropy).mean() / accumulation_factor

@@ -205,6 +205,17 @@ def test_sequence_entropy_rejects_a_quantile_outside_0_1():
             sequence_entropy(ENT, MASK, quantile=q)
 
 
+def test_capped_entropy_hand_computed_and_no_gradient_above_the_cap():
+    from aer_trl.controller import capped_entropy
+
+    h = torch.tensor([0.1, 0.3, 0.5], requires_grad=True)
+    out = capped_entropy(h, 0.3)
+    assert out.tolist() == pytest.approx([0.1, 0.3, 0.3])
+    out.sum().backward()
+    assert h.grad.tolist() == [1.0, 1.0, 0.0]  # at the cap the gradient still flows (clamp's convention); above, none
+    assert capped_entropy(h, None) is h
+
+
 def test_anchor_over_several_rollouts_holds_alpha_until_h0_is_known():
     c = AERController(tau=0.5, eta=0.1, alpha=0.0, anchor_rollouts=3)
     assert c.observe(0.6) == 0.0 and c.initial_entropy is None and c.target is None

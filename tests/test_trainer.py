@@ -467,6 +467,34 @@ def test_forking_token_bonus_is_grpo_minus_mean_lambda_top_entropy_tokens(tmp_pa
     assert not torch.allclose(fork, every)  # the test tells the two apart
 
 
+def test_capped_bonus_is_grpo_minus_mean_lambda_min_entropy_target(tmp_path, tokenizer):
+    """Method aer_cap (ours): the entropy term is λ_i·min(H_i, H*), computed independently; rows above H* get no
+    gradient from the bonus."""
+    from aer_trl.controller import sequence_entropy
+
+    probe = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "p"))
+    batch = fixed_batch(tokenizer, [0.6, 0.0, 0.3, 0.5])
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    c_len = batch["completion_ids"].size(1)
+    with torch.no_grad():
+        logp = F.log_softmax(probe.model(input_ids=ids, attention_mask=att).logits[:, -c_len - 1 : -1].float(), -1)
+    h = sequence_entropy(-(logp.exp() * logp).sum(-1), batch["completion_mask"])
+    target = float(h.median())  # the cap binds on some rows and not on others
+    args = helpers.make_config(tmp_path / "c", method="aer_cap", aer_target_entropy=target)
+    trainer = helpers.make_trainer(tokenizer, args)
+    assert trainer.args.aer_bonus_cap == 1.0
+    model = trainer.model
+    model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    lam = torch.tensor([0.6, 0.0, 0.3, 0.5])
+    plain = {k: v for k, v in batch.items() if k != "aer_lambda"}
+    loss_cap = trainer.compute_loss(model, batch)
+    loss_grpo = GRPOTrainer.compute_loss(trainer, model, plain)
+    torch.testing.assert_close(loss_cap, loss_grpo - (lam * torch.clamp(h, max=target)).mean(), rtol=1e-5, atol=1e-6)
+    assert (h > target).any() and (h < target).any()
+
+
 def test_anchor_over_three_rollouts_in_training(tmp_path, tokenizer):
     trainer = train_aer(tmp_path, tokenizer, aer_anchor_rollouts=3, aer_alpha_init=0.05, aer_eta=0.01, max_steps=5)
     logs = [h for h in trainer.state.log_history if "aer/entropy" in h]

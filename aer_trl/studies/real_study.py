@@ -440,8 +440,9 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
         f"Mean over seeds ± half-width of the 95% Student-t interval. Training columns from metrics.jsonl (reward = "
         f"accuracy; H = token-weighted policy entropy in nats; α = AER's global coefficient; median |H−H*|/H* over "
         f"the second half of training; its floor: the same statistic around the run's own median entropy, i.e. what "
-        f"a controller holding the median exactly at H* would score given the batch-to-batch spread). Held-out: {study.eval_per_tier} problems per tier, n = {study.eval_samples} "
-        "samples each, temperature 1, the training prompt format, the same sampling seeds for every model; no answer "
+        f"a controller holding the median exactly at H* would score given the batch-to-batch spread). Held-out: "
+        f"{study.eval_per_tier} problems per tier, n = {study.eval_samples} samples each, temperature 1, the "
+        "training prompt format, the same sampling seeds for every model; no answer "
         "= completions with no final-answer marker or one that does not parse. Arms (recipe and settings over it): "
         + "; ".join(
             f"`{name}`: {s['recipe']}"
