@@ -59,7 +59,11 @@ def test_trls_method_trains_logs_and_writes_its_card_exactly_as_trl(tmp_path):
     assert [sorted(r) for r in logs[0]] == [sorted(r) for r in logs[1]]  # no aer/* key added
     assert not (tmp_path / "trl" / "metrics.jsonl").exists()
     assert ours.model.model_tags == reference.model.model_tags
-    assert _card(ours, tmp_path / "trl") == _card(reference, tmp_path / "trl")
+    # TRL's card, but for the line that would link huggingface.co/None for a base model without a Hub id
+    trl_card = _card(reference, tmp_path / "trl")
+    assert "huggingface.co/None" in trl_card and "huggingface.co/None" not in _card(ours, tmp_path / "trl")
+    fixed = trl_card.replace("fine-tuned version of [None](https://huggingface.co/None)", "fine-tuned model")
+    assert _card(ours, tmp_path / "trl") == fixed
 
     measured = _trainer(
         AERGRPOTrainer, helpers.make_config(tmp_path / "m", max_steps=2, method="grpo", aer_telemetry=True)

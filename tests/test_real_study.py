@@ -33,6 +33,11 @@ def test_parse_flags_reads_values_as_a_recipe_would():
     }
     assert real_study.parse_flags(["--prompt_system", "Answer: {x}"]) == {"prompt_system": "Answer: {x}"}
     assert real_study.parse_flags(["--eval_k_list", "1", "8"]) == {"eval_k_list": [1, 8]}
+    # YAML 1.1's yes/no/on/off stay words: `--save_strategy no` is TRL's "no", not False
+    assert real_study.parse_flags(["--save_strategy", "no", "--report_to", "on"]) == {
+        "save_strategy": "no",
+        "report_to": "on",
+    }
     with pytest.raises(ValueError, match="needs a value"):
         real_study.parse_flags(["--aer_tau"])
 
@@ -62,6 +67,27 @@ def test_execution_options_are_not_part_of_a_cells_identity(tmp_path):
     for value in ("true", "false"):
         assert real_study.cell_dir(_study(tmp_path, "--share_prompt_generation", value), aer, 0, tmp_path) == cell
     assert real_study.cell_dir(_study(tmp_path, "--share_prompt_forward", "false"), aer, 0, tmp_path) != cell
+
+
+def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_taken_over(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    study = real_study.load_study(_write_study(tmp_path / "s"))
+    arm = study.arm("grpo")
+    mine = real_study.claim_cell(study, arm, 0)
+    assert mine is not None and mine.read_text() == str(os.getpid())
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        mine.write_text(str(other.pid))  # a live queue holds it
+        assert real_study.claim_cell(study, arm, 0) is None
+    finally:
+        other.kill()
+        other.wait()
+    taken = real_study.claim_cell(study, arm, 0)  # its process is gone: the claim is stale
+    assert taken == mine and taken.read_text() == str(os.getpid())
+    assert real_study.claim_cell(study, arm, 1) is not None  # another cell is free
 
 
 def test_the_evaluation_samples_in_the_format_and_budget_the_cells_trained_with(tmp_path):

@@ -44,6 +44,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import shutil
 import statistics
 import subprocess
@@ -79,6 +80,8 @@ def parse_flags(flags: list[str]) -> dict:
             parsed = yaml.safe_load(text)
         except yaml.YAMLError:
             return text
+        if isinstance(parsed, bool) and text.strip().lower() not in ("true", "false"):
+            return text  # YAML 1.1's yes/no/on/off are words here (`--save_strategy no` means "no", not False)
         return parsed if parsed is None or isinstance(parsed, (bool, int, float, str)) else text
 
     settings, i = {}, 0
@@ -597,9 +600,46 @@ def cell_summary(arm: Arm, seed: int, record: dict) -> dict:
     }
 
 
+def claim_cell(study: Study, arm: Arm, seed: int) -> Path | None:
+    """Claim a cell for this process: `<record dir>/.claim` holds the claiming process's id, created exclusively.
+    None when a live process holds it (another queue on this machine is training the cell); a claim whose process
+    is gone (killed) is taken over. Several queues can then share one list of studies, one cell each at a time."""
+    out = record_dir(study, arm, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    claim = out / ".claim"
+    for _ in range(2):
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                holder = int(claim.read_text().strip() or 0)
+            except (OSError, ValueError):
+                holder = 0
+            if holder and holder != os.getpid() and _alive(holder):
+                return None
+            claim.unlink(missing_ok=True)  # stale: its process is gone
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return claim
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def run_queue(studies: list[Study], output_dir: str | Path, evaluate_models: bool = True) -> None:
     """Every missing cell of every study, seed-major across the studies (an interrupted queue leaves every arm at
-    about the same number of seeds), each trained, evaluated and recorded before the next starts."""
+    about the same number of seeds), each trained, evaluated and recorded before the next starts. A cell another
+    live queue has claimed (`claim_cell`) is left to it, so two queues (e.g. one thread each on two cores, each with
+    its own --output_dir) can work through the same studies."""
     base_done: dict[Path, dict] = {}
     for seed in sorted({s for study in studies for s in study.seeds}):
         for study in studies:
@@ -608,26 +648,34 @@ def run_queue(studies: list[Study], output_dir: str | Path, evaluate_models: boo
             for arm in study.arms:
                 if read_record(study, arm, seed) is not None:
                     continue
-                if evaluate_models and not (study.records / "base_passk.json").is_file():
-                    if study.records not in base_done:
-                        from ..gguf import convert_gguf
-
-                        base_done[study.records] = held_out(study, study.arms[0], str(convert_gguf()), output_dir)
-                        print(
-                            f"untrained: held-out pass@1 {100 * base_done[study.records]['pass@1']:.1f}%", flush=True
-                        )
-                    study.records.mkdir(parents=True, exist_ok=True)
-                    atomic_write(
-                        study.records / "base_passk.json", json.dumps(base_done[study.records], sort_keys=True)
-                    )
-                run = train_cell(study, arm, seed, output_dir)
-                print(f"{study.title} / {arm.name} seed {seed}: trained ({run['seconds']:.0f} s)", flush=True)
-                if not evaluate_models:
+                claim = claim_cell(study, arm, seed)
+                if claim is None:
+                    print(f"{study.title} / {arm.name} seed {seed}: another queue has it", flush=True)
                     continue
-                folder = cell_dir(study, arm, seed, output_dir)
-                passk = held_out(study, arm, str(folder), output_dir)
-                export_record(study, arm, seed, folder, passk)
-                print(f"{arm.name} seed {seed}: held-out pass@1 {100 * passk['pass@1']:.1f}%, recorded", flush=True)
+                try:
+                    _run_cell(study, arm, seed, output_dir, evaluate_models, base_done)
+                finally:
+                    claim.unlink(missing_ok=True)
+
+
+def _run_cell(study: Study, arm: Arm, seed: int, output_dir, evaluate_models: bool, base_done: dict) -> None:
+    """Train, evaluate and record one claimed cell (the untrained model's evaluation first, once per study)."""
+    if evaluate_models and not (study.records / "base_passk.json").is_file():
+        if study.records not in base_done:
+            from ..gguf import convert_gguf
+
+            base_done[study.records] = held_out(study, study.arms[0], str(convert_gguf()), output_dir)
+            print(f"untrained: held-out pass@1 {100 * base_done[study.records]['pass@1']:.1f}%", flush=True)
+        study.records.mkdir(parents=True, exist_ok=True)
+        atomic_write(study.records / "base_passk.json", json.dumps(base_done[study.records], sort_keys=True))
+    run = train_cell(study, arm, seed, output_dir)
+    print(f"{study.title} / {arm.name} seed {seed}: trained ({run['seconds']:.0f} s)", flush=True)
+    if not evaluate_models:
+        return
+    folder = cell_dir(study, arm, seed, output_dir)
+    passk = held_out(study, arm, str(folder), output_dir)
+    export_record(study, arm, seed, folder, passk)
+    print(f"{arm.name} seed {seed}: held-out pass@1 {100 * passk['pass@1']:.1f}%, recorded", flush=True)
 
 
 def tables(study: Study) -> dict:
