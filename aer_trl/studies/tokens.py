@@ -1,6 +1,8 @@
 """Which tokens carry the entropy, and the entropy bonus's push, on the real model (docs/real_llm.md).
 
     python -m aer_trl.studies.tokens --study results/real_llm/dose/study.yaml --seed 0
+    python -m aer_trl.studies.tokens --study results/real_llm/controller/study.yaml --seed 0 \
+        --output_dir runs/real_llm runs/real_llm_b                   # cells trained by two queues
 
 For the untrained model and each arm's model of one seed, the held-out completions the study already sampled (the
 evaluation store under `<output_dir>/eval`, the same prompts) are read back through the model: each completion
@@ -63,24 +65,36 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", required=True, help="a study file whose cells of --seed are trained and evaluated")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output_dir", default="runs/real_llm", help="where the study's cells trained")
+    parser.add_argument(
+        "--output_dir",
+        nargs="+",
+        default=["runs/real_llm"],
+        help="where the study's cells trained (several: queues that shared the study, each with its own folder)",
+    )
     parser.add_argument("--samples", type=int, default=4, help="stored completions per problem to read back")
     parser.add_argument("--arms", nargs="+", default=None, help="only these arms (default: every arm of the study)")
     args = parser.parse_args(argv)
     study = load_study(args.study)
     from ..gguf import convert_gguf
 
-    models = {"untrained": (study.arms[0], str(convert_gguf()))}
+    models = {"untrained": (study.arms[0], str(convert_gguf()), args.output_dir[0])}
     for arm in study.arms:
         if args.arms and arm.name not in args.arms:
             continue
-        folder = cell_dir(study, arm, args.seed, args.output_dir)
-        if not (folder / "run.json").is_file():
-            raise SystemExit(f"{arm.name} seed {args.seed} is not trained under {folder}")
-        models[arm.name] = (arm, str(folder))
+        found = [d for d in args.output_dir if (cell_dir(study, arm, args.seed, d) / "run.json").is_file()]
+        if not found:
+            raise SystemExit(f"{arm.name} seed {args.seed} is not trained under any of {args.output_dir}")
+        models[arm.name] = (arm, str(cell_dir(study, arm, args.seed, found[0])), found[0])
     data = {"seed": args.seed, "samples": args.samples, "models": {}}
-    for name, (arm, path) in models.items():
-        data["models"][name] = breakdown(path, eval_arguments(study, arm, [path], args.output_dir), args.samples)
+    for name, (arm, path, output_dir) in models.items():  # each read back from the store that evaluated it
+        stores = args.output_dir if name == "untrained" else [output_dir]  # any queue may have evaluated the base
+        for i, store in enumerate(stores):
+            try:
+                data["models"][name] = breakdown(path, eval_arguments(study, arm, [path], store), args.samples)
+                break
+            except RuntimeError:
+                if i == len(stores) - 1:
+                    raise
     out = study.records / f"tokens_seed{args.seed}.json"
     atomic_write(out, json.dumps(data, indent=1, sort_keys=True) + "\n")
     atomic_write(study.records / f"tokens_seed{args.seed}.md", tokens_table(data))
