@@ -34,6 +34,7 @@ from .controller import (
     hard_mask,
     sequence_entropy,
 )
+from .kvcache import positions, prefill
 from .metrics import MetricsFileCallback
 from .registry import TokenBatch, get_method
 from .vllm_support import colocate_on_cpu
@@ -296,7 +297,6 @@ class AERGRPOTrainer(GRPOTrainer):
         prompt's prefill run once (all but its last token) and its KV cache indexed out to the rows that share it
         (`cache.batch_select_indices`), so sampling starts from the same states as TRL's: same distribution, and the
         same tokens for the same seed up to float rounding of the prefill (tests/test_shared_generation.py)."""
-        from transformers import DynamicCache
         from trl.models import unwrap_model_for_generation
         from trl.trainer.utils import pad
 
@@ -319,20 +319,7 @@ class AERGRPOTrainer(GRPOTrainer):
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
-            cache = DynamicCache(config=unwrapped_model.config)
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            if ids.size(1) > 1:
-                unwrapped_model(
-                    input_ids=ids[:, :-1],
-                    attention_mask=mask[:, :-1],
-                    position_ids=positions[:, :-1],
-                    use_cache=True,
-                    logits_to_keep=1,
-                    **{cache_kwarg(unwrapped_model): cache},
-                )
-                cache.batch_select_indices(inverse)
-            else:
-                cache = None
+            cache = prefill(unwrapped_model, ids, mask, inverse) if ids.size(1) > 1 else None
             out = unwrapped_model.generate(
                 input_ids=ids[inverse],
                 attention_mask=mask[inverse],
@@ -388,8 +375,6 @@ class AERGRPOTrainer(GRPOTrainer):
         loss and gradient as TRL's full forward up to floating-point rounding, with the prompt's cost divided by the
         group size. Returns None (TRL's own path runs) where it does not apply: multimodal or MoE inputs, gradient
         checkpointing, a DDP-wrapped model, or no prompt shared by two rows."""
-        from transformers import DynamicCache
-
         if (
             kwargs.get("compute_aux_loss")
             or any(kwargs.get(k) is not None for k in self._SHARED_PROMPT_UNSUPPORTED)
@@ -416,29 +401,17 @@ class AERGRPOTrainer(GRPOTrainer):
         unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
         if unique.size(0) == input_ids.size(0):
             return None
-        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        unique_ids, unique_mask = unique[:, :width], unique[:, width:]
-        unique_positions = (unique_mask.cumsum(-1) - 1).clamp(min=0)
         config = getattr(model, "config", None) or self.model.config
-        cache = DynamicCache(config=config)
         cache_name = cache_kwarg(model)  # `cache`, or `past_key_values` before transformers renamed it
         with self.accelerator.autocast():
-            model(
-                input_ids=unique_ids[:, :-1],
-                attention_mask=unique_mask[:, :-1],
-                position_ids=unique_positions[:, :-1],
-                use_cache=True,
-                logits_to_keep=1,
-                **{cache_name: cache},
-            )
-            cache.batch_select_indices(inverse)
+            cache = prefill(model, unique[:, :width], unique[:, width:], inverse, config=config)
             tail = input_ids[:, width - 1 :]  # the last prompt token, then the completion
             shift_labels = input_ids[:, width:].masked_fill(attention_mask[:, width:] == 0, -100)
             shift_labels = torch.cat([shift_labels, shift_labels.new_full((shift_labels.size(0), 1), -100)], dim=1)
             outputs = model(
                 input_ids=tail,
                 attention_mask=attention_mask,
-                position_ids=positions[:, width - 1 :],
+                position_ids=positions(attention_mask)[:, width - 1 :],
                 shift_labels=shift_labels,
                 **{cache_name: cache},
                 fused_lm_head=True,

@@ -15,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..compat import cache_kwarg
+from ..kvcache import prefill
 
 __all__ = ["isolated_rng", "sample_chunk", "sample_completions"]
 
@@ -58,8 +59,6 @@ def sample_chunk(
     prefilled once (all but their last token), the cache is repeated n times, and `generate` samples the n·len(texts)
     rows from there; `top_k=0` samples from the full distribution (as TRL's training does). Models whose cache cannot
     be repeated fall back to `num_return_sequences` (same contract, prefill repeated)."""
-    from transformers import DynamicCache
-
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -78,16 +77,8 @@ def sample_chunk(
             out = None
             if ids.shape[1] > 1:
                 try:
-                    cache = DynamicCache(config=model.config)
-                    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-                    model(
-                        input_ids=ids[:, :-1],
-                        attention_mask=mask[:, :-1],
-                        position_ids=positions[:, :-1],
-                        use_cache=True,
-                        **{cache_kwarg(model): cache},
-                    )
-                    cache.batch_repeat_interleave(n)
+                    rows = torch.arange(ids.size(0), device=ids.device).repeat_interleave(n)
+                    cache = prefill(model, ids, mask, rows)
                 except (TypeError, ValueError, NotImplementedError, AttributeError):
                     cache = None
                 if cache is not None:
