@@ -90,6 +90,21 @@ def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_t
     assert real_study.claim_cell(study, arm, 1) is not None  # another cell is free
 
 
+def test_a_cell_recorded_by_another_study_is_copied_not_trained_again(tmp_path):
+    first = real_study.load_study(_write_study(tmp_path / "a"))
+    second = real_study.load_study(_write_study(tmp_path / "b"))
+    again = second.arm("grpo")
+    again.name = "grpo-again"  # the same settings under another name
+    _fake_record(first, first.arm("grpo"), 0, 0.6, 0.07, unmarked=2)
+    assert real_study.share_record([first, second], second, again, 1) is None  # no record of seed 1
+    copied = real_study.share_record([first, second], second, again, 0)
+    assert copied == real_study.record_dir(second, again, 0)
+    record = real_study.read_record(second, again, 0)
+    assert record["run"]["arm"] == "grpo-again" and record["run"]["copied_from"].endswith("grpo/seed0")
+    assert record["passk"] == real_study.read_record(first, first.arm("grpo"), 0)["passk"]
+    assert real_study.share_record([first, second], second, second.arm("fixed"), 0) is None  # other settings
+
+
 def test_the_evaluation_samples_in_the_format_and_budget_the_cells_trained_with(tmp_path):
     study = _study(tmp_path)
     plain = real_study.eval_arguments(study, study.arm("aer"), ["m"], tmp_path)

@@ -635,6 +635,29 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def share_record(studies: list[Study], study: Study, arm: Arm, seed: int) -> Path | None:
+    """Copy another study's record of the same cell (the same merged settings and seed) to this arm: one trained
+    cell, recorded in every study that names it. Its `run.json` says where it came from."""
+    wanted = settings_hash(study.merged(arm))
+    for other in studies:
+        for candidate in other.arms:
+            source = record_dir(other, candidate, seed)
+            if source == record_dir(study, arm, seed) or not (source / "run.json").is_file():
+                continue
+            if settings_hash(other.merged(candidate)) != wanted:
+                continue
+            out = record_dir(study, arm, seed)
+            out.mkdir(parents=True, exist_ok=True)
+            for name in (n for n in RECORD_FILES if n != "run.json"):
+                shutil.copyfile(source / name, out / name)
+            run = json.loads((source / "run.json").read_text())
+            run.update(arm=arm.name, copied_from=str(source.relative_to(other.records.parent)))
+            atomic_write(out / "run.json", json.dumps(run, indent=2))  # last: a record without it is unfinished
+            print(f"{study.title} / {arm.name} seed {seed}: the same cell as {source}, record copied", flush=True)
+            return out
+    return None
+
+
 def run_queue(studies: list[Study], output_dir: str | Path, evaluate_models: bool = True) -> None:
     """Every missing cell of every study, seed-major across the studies (an interrupted queue leaves every arm at
     about the same number of seeds), each trained, evaluated and recorded before the next starts. A cell another
@@ -646,7 +669,7 @@ def run_queue(studies: list[Study], output_dir: str | Path, evaluate_models: boo
             if seed not in study.seeds:
                 continue
             for arm in study.arms:
-                if read_record(study, arm, seed) is not None:
+                if read_record(study, arm, seed) is not None or share_record(studies, study, arm, seed):
                     continue
                 claim = claim_cell(study, arm, seed)
                 if claim is None:
