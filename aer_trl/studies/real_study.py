@@ -16,6 +16,7 @@ everything at once and keeps the study's records beside it:
     title: "Fixed α: what the entropy bonus does to the real model"
     seeds: [0, 1, 2]
     settings: {max_steps: 30}                    # over every arm's recipe
+    recipes_dir: ../recipes                      # optional, relative to this file: the studies' own frozen recipes
     reference: grpo                              # paired differences against this arm
     figure: docs/img/real_llm_dose.png           # optional
     arms:
@@ -180,7 +181,7 @@ def load_study(path: str | Path) -> Study:
         arms=arms,
         seeds=seeds,
         records=path.parent,
-        recipes_dir=Path(spec["recipes_dir"]) if spec.get("recipes_dir") else RECIPES,
+        recipes_dir=(path.parent / spec["recipes_dir"]).resolve() if spec.get("recipes_dir") else RECIPES,
         settings=dict(spec.get("settings") or {}),
         reference=reference,
         title=str(spec.get("title") or path.parent.name),
