@@ -222,6 +222,7 @@ def test_every_committed_study_table_regenerates_from_its_records_and_is_the_one
 
     root = Path(__file__).resolve().parents[1]
     docs = (root / "docs" / "real_llm.md").read_text()
+    shutil.copytree(root / "results" / "real_llm" / "recipes", tmp_path / "recipes")  # the studies' frozen recipes
     for path in sorted((root / "results" / "real_llm").glob("*/study.yaml")):
         if not (path.parent / "study.md").is_file():
             continue
