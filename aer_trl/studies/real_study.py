@@ -410,11 +410,19 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
     reference = study.reference or ("grpo" if "grpo" in arms else arms[0])
     ref = {c["seed"]: c for c in cells if c["method"] == reference}
     compared = eval_cols[:1] + eval_cols[len(ks) - 1 : len(ks)] + eval_cols[-1:] + train_cols[3:6]
+    top = max(ks)
+    tier_cols = [
+        (f"{TIER_NAMES[t]} pass@{k}", lambda c, t=t, k=k: 100 * c["passk"]["per_group"][t][f"pass@{k}"])
+        for t in TIER_NAMES
+        for k in (1, top)
+    ]
     for m in arms:
         if m == reference or not ref:
             continue
         mine = {c["seed"]: c for c in cells if c["method"] == m and c["seed"] in ref}
-        paired[m] = {name: interval([f(c) - f(ref[s]) for s, c in sorted(mine.items())]) for name, f in compared}
+        paired[m] = {
+            name: interval([f(c) - f(ref[s]) for s, c in sorted(mine.items())]) for name, f in compared + tier_cols
+        }
         paired[m]["seeds"] = sorted(mine)
     lines = [f"### {study.title}", ""]
     lines += ["| arm | seeds | " + " | ".join(n for n, _ in train_cols) + " |", "|---" * (len(train_cols) + 2) + "|"]
@@ -433,6 +441,13 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
     if paired:
         names = [n for n, _ in compared]
         lines += ["", f"| difference to {reference}, paired by seed | seeds | " + " | ".join(names) + " |"]
+        lines.append("|---" * (len(names) + 2) + "|")
+        for m, diffs in paired.items():
+            lines.append(
+                f"| {m} − {reference} | {len(diffs['seeds'])} | " + " | ".join(_fmt(*diffs[n]) for n in names) + " |"
+            )
+        names = [n for n, _ in tier_cols]
+        lines += ["", f"| per tier, difference to {reference} | seeds | " + " | ".join(names) + " |"]
         lines.append("|---" * (len(names) + 2) + "|")
         for m, diffs in paired.items():
             lines.append(
