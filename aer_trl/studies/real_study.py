@@ -412,7 +412,7 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
     compared = eval_cols[:1] + eval_cols[len(ks) - 1 : len(ks)] + eval_cols[-1:] + train_cols[3:6]
     top = max(ks)
     tier_cols = [
-        (f"{TIER_NAMES[t]} pass@{k}", lambda c, t=t, k=k: 100 * c["passk"]["per_group"][t][f"pass@{k}"])
+        (f"{TIER_NAMES[t]} pass@{k}", lambda c, t=t, k=k: 100 * c["passk"]["per_group"][t].get(f"pass@{k}", math.nan))
         for t in TIER_NAMES
         for k in (1, top)
     ]
