@@ -171,6 +171,17 @@ class AERConfig(GRPOConfig):
             "steadies H* when a rollout batch has few prompts (docs/real_llm.md)."
         },
     )
+    aer_anchor_probe: int = field(
+        default=0,
+        metadata={
+            "help": "C2's anchor H0 from a probe before step 1 (ours, not the paper's): the untrained policy samples "
+            "num_generations completions for each of aer_anchor_probe training prompts (drawn with the run's seed) "
+            "and H0 is their token-weighted entropy; the probe trains nothing and logs only aer/anchor_probe_entropy. "
+            "0: H0 from the rollout batches (aer_anchor_rollouts; the paper: the first one). A probe of more prompts "
+            "than a rollout batch has steadies H* without measuring it on a policy that is already collapsing "
+            "(docs/real_llm.md)."
+        },
+    )
     aer_step: str = field(
         default="sign",
         metadata={
@@ -412,6 +423,17 @@ class AERConfig(GRPOConfig):
             raise ValueError(f"aer_anchor_rollouts must be an integer >= 1, got {self.aer_anchor_rollouts}")
         if self.aer_anchor_rollouts < 1:
             raise ValueError(f"aer_anchor_rollouts must be an integer >= 1, got {self.aer_anchor_rollouts}")
+        if isinstance(self.aer_anchor_probe, bool) or int(self.aer_anchor_probe) != self.aer_anchor_probe:
+            raise ValueError(f"aer_anchor_probe must be an integer >= 0 (prompts), got {self.aer_anchor_probe}")
+        if self.aer_anchor_probe < 0:
+            raise ValueError(f"aer_anchor_probe must be an integer >= 0 (prompts), got {self.aer_anchor_probe}")
+        if self.aer_anchor_probe and self.aer_anchor_rollouts != 1:
+            raise ValueError(
+                f"aer_anchor_probe ({self.aer_anchor_probe}) and aer_anchor_rollouts ({self.aer_anchor_rollouts}) are "
+                "two anchors for H0: set one"
+            )
+        if self.aer_anchor_probe and not self.aer_telemetry:
+            raise ValueError("aer_anchor_probe measures AER's H0: it needs aer_telemetry (an AER method)")
         if finite("aer_eps", self.aer_eps) <= 0:
             raise ValueError(f"aer_eps must be > 0, got {self.aer_eps}")
         finite("aer_correctness_threshold", self.aer_correctness_threshold)

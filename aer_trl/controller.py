@@ -207,6 +207,16 @@ class AERController:
             return None
         return self.tau * self.initial_entropy
 
+    def anchor(self, entropy: float) -> None:
+        """Sets H0 from a measurement made before the first rollout batch (`AERConfig.aer_anchor_probe`, ours); the
+        rollout batches then only steer α. A second anchor, or one after H0 is known, is an error."""
+        entropy = float(entropy)
+        if not math.isfinite(entropy) or entropy <= 0:
+            raise ValueError(f"the anchor entropy must be finite and > 0, got {entropy}")
+        if self.initial_entropy is not None or self.anchor_entropies:
+            raise RuntimeError(f"H0 is already anchored ({self.initial_entropy}): the probe comes before step 1")
+        self.initial_entropy = entropy
+
     def observe(self, entropy: float) -> float:
         entropy = float(entropy)
         if not math.isfinite(entropy):

@@ -204,8 +204,9 @@ class AERGRPOTrainer(GRPOTrainer):
         data = data[0] if isinstance(data, list) else data
         live.controller_state = data["attributes"]["controller_state"]
         history = live.controller.history
-        if history:  # entropy_target_ratio: the anchor is the first rollout batch's entropy, as before the kill
-            self._anchor_trl_entropy_target(history[0]["entropy"])
+        if history:  # entropy_target_ratio: anchored at the first rollout batch's entropy (or the probe's), as before
+            probed = self.args.aer_anchor_probe and live.initial_entropy is not None
+            self._anchor_trl_entropy_target(live.initial_entropy if probed else history[0]["entropy"])
         saved = data["attributes"].get("settings")
         changes = settings_changes(saved, self.args.run_settings()) if saved else {}
         if changes and self.accelerator.is_main_process:
@@ -237,6 +238,15 @@ class AERGRPOTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
+        if (
+            self.args.aer_anchor_probe
+            and self.model.training
+            and self.aer_callback.initial_entropy is None
+            and not self.aer_callback.controller.anchor_entropies
+        ):
+            probe = self._aer_probe_entropy()
+            self.aer_callback.controller.anchor(probe)
+            self._anchor_trl_entropy_target(probe)  # entropy_target_ratio anchors at the same H0
         output = super()._generate_and_score_completions(inputs)
         if not self.args.aer_telemetry:
             self._aer_gathered_rewards = None
@@ -274,6 +284,61 @@ class AERGRPOTrainer(GRPOTrainer):
         if not math.isnan(g_mean):
             metrics["aer/group_accuracy"].append(g_mean)
         return output
+
+    def _aer_probe_entropy(self) -> float:
+        """`aer_anchor_probe`: H0 as the token-weighted entropy of the untrained policy's completions to
+        aer_anchor_probe training prompts (num_generations each, drawn with the run's seed, split over processes),
+        sampled and scored as TRL samples and scores a rollout batch. Trains nothing; TRL's rollout metrics and token
+        count are left as they were, so step 1 logs what it would without the probe."""
+        from trl.trainer.utils import pad
+
+        n_prompts, dataset = self.args.aer_anchor_probe, self.train_dataset
+        if len(dataset) < n_prompts:
+            raise ValueError(f"aer_anchor_probe={n_prompts} prompts, but the training set has {len(dataset)}")
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(self.args.seed)).tolist()
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        if n_prompts < world:  # every process must sample: TRL's generation gathers across them
+            raise ValueError(f"aer_anchor_probe={n_prompts} prompts is fewer than the {world} processes")
+        mine = order[rank * n_prompts // world : (rank + 1) * n_prompts // world]
+        prompts = [dataset[i]["prompt"] for i in mine for _ in range(self.num_generations)]
+        metrics = {k: list(v) for k, v in self._metrics["train"].items()}
+        tokens_seen = self.state.num_input_tokens_seen
+        try:
+            with torch.no_grad():
+                prompt_ids, completion_ids, tool_mask = self._generate(prompts)[:3]
+                device, pad_id = self.accelerator.device, self._tokenizer.pad_token_id
+
+                def padded(rows, value, side):  # TRL's padding of a rollout batch
+                    return pad([torch.tensor(r) for r in rows], value, side).to(device)
+
+                prompt_mask = padded([[1] * len(p) for p in prompt_ids], 0, "left")
+                mask = padded([[1] * len(c) for c in completion_ids], 0, "right")
+                completion_ids = padded(completion_ids, pad_id, "right")
+                input_ids = torch.cat([padded(prompt_ids, pad_id, "left"), completion_ids], dim=1)
+                attention = torch.cat([prompt_mask, mask], dim=1)
+                if tool_mask is not None:
+                    mask = mask * padded(tool_mask, 1, "right")
+                _, entropies, _ = self._get_per_token_logps_and_entropies(
+                    self.model,
+                    input_ids,
+                    attention,
+                    completion_ids.size(1),
+                    self.args.per_device_train_batch_size,
+                    compute_entropy=True,
+                )
+                mask = mask.to(entropies.dtype)
+                local = torch.stack([(entropies * mask).sum(), mask.sum()]).float()
+                total = self.accelerator.reduce(local, reduction="sum").tolist()
+        finally:
+            self._metrics["train"].clear()
+            self._metrics["train"].update(metrics)
+            self.state.num_input_tokens_seen = tokens_seen
+        if total[1] == 0:
+            raise RuntimeError(f"the aer_anchor_probe of {n_prompts} prompts produced no completion token")
+        entropy = total[0] / total[1]
+        self._metrics["train"]["aer/anchor_probe_entropy"].append(entropy)
+        logger.info("H0 from a probe of %d prompts x %d: %.4f", n_prompts, self.num_generations, entropy)
+        return entropy
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         """`share_prompt_generation`: TRL's transformers rollout with each distinct prompt prefilled once; TRL's own
@@ -509,8 +574,8 @@ class AERGRPOTrainer(GRPOTrainer):
 
     def _anchor_trl_entropy_target(self, entropy: float) -> None:
         """`entropy_target_ratio`: TRL's adaptive entropy target = ratio × H0, H0 the first rollout batch's entropy
-        (the anchor AER's controller takes with its defaults); set once, kept through a resume (the controller's H0
-        is checkpointed)."""
+        (the anchor AER's controller takes with its defaults) or the `aer_anchor_probe`'s; set once, kept through a
+        resume (the controller's H0 is checkpointed)."""
         ratio = self.args.entropy_target_ratio
         if ratio is None or getattr(self, "_trl_target_anchored", False) or not math.isfinite(entropy):
             return

@@ -242,3 +242,16 @@ def test_anchor_rollouts_must_be_a_positive_integer():
     for k in (0, -1, 1.5):
         with pytest.raises(ValueError, match="anchor_rollouts"):
             AERController(anchor_rollouts=k)
+
+
+def test_a_probe_anchors_h0_before_the_first_rollout_batch():
+    c = AERController(tau=0.5, eta=0.1, alpha=0.0)
+    c.anchor(0.8)
+    assert c.initial_entropy == 0.8 and c.target == pytest.approx(0.4)
+    assert c.observe(0.6) == 0.0  # 0.6 > H* = 0.4: α stays at 0 (it cannot go below)
+    assert c.observe(0.3) == pytest.approx(0.1) and c.initial_entropy == 0.8  # the rollouts do not move H0
+    with pytest.raises(RuntimeError, match="already anchored"):
+        c.anchor(0.5)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="anchor entropy"):
+            AERController().anchor(bad)

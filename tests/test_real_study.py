@@ -236,3 +236,30 @@ def test_every_committed_study_table_regenerates_from_its_records_and_is_the_one
         table_lines = [line for line in made.splitlines() if line.startswith("|")]
         missing = [line for line in table_lines if line not in docs]
         assert not missing, f"docs/real_llm.md lacks {path.parent.name}'s table (make real-results): {missing[:2]}"
+
+
+def test_the_anchor_tables_in_the_docs_regenerate_from_the_committed_records():
+    """make real-results' anchor block (docs/real_llm.md §3.4): the spread of H0 under aer_anchor_rollouts from the
+    committed GRPO records and, where recorded, the probe's (results/real_llm/anchor/probe.json)."""
+    from aer_trl.studies import anchor
+
+    root = Path(__file__).resolve().parents[1]
+    studies = [str(p) for p in sorted((root / "results" / "real_llm").glob("*/study.yaml"))]
+    probe = root / "results" / "real_llm" / "anchor" / "probe.json"
+    table = anchor.main([*studies, "--probe_record", str(probe)])
+    block = (root / "docs" / "real_llm.md").read_text().split("<!-- study:anchor -->\n", 1)[1]
+    assert block.split("<!-- /study:anchor -->", 1)[0] == table, "run make real-results"
+    assert "| probe |" in table or not probe.is_file()
+
+
+def test_the_probe_table_compares_the_anchors_on_the_same_seeds():
+    from aer_trl.studies import anchor
+
+    record = {
+        "probe_prompts": 32, "rollout_prompts": 4, "num_generations": 8,
+        "seeds": {"0": {"probe": 0.5, "first_rollout": 0.6}, "1": {"probe": 0.5, "first_rollout": 0.3},
+                  "2": {"probe": 0.5, "first_rollout": 0.6}},
+    }  # fmt: skip
+    table = anchor.probe_table(record)
+    assert "| first rollout batch | 4 | 0.500 | 0.173 | 0.35 |" in table
+    assert "| probe | 32 | 0.500 | 0.000 | 0.00 |" in table

@@ -515,3 +515,47 @@ def test_resume_from_a_checkpoint_taken_while_h0_is_still_being_measured(tmp_pat
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
     assert resumed.aer_callback.initial_entropy == pytest.approx(full.aer_callback.initial_entropy, rel=1e-6)
     assert alphas(resumed) == alphas(full)
+
+
+def spy_on_generate(trainer):
+    """Records each `_generate` call's prompts and completion lengths."""
+    calls, generate = [], trainer._generate
+
+    def spy(prompts):
+        out = generate(prompts)
+        calls.append((list(prompts), [len(c) for c in out[1]]))
+        return out
+
+    trainer._generate = spy
+    return calls
+
+
+def test_probe_anchors_h0_before_step_1_and_leaves_the_rollout_metrics_alone(tmp_path, tokenizer):
+    args = helpers.make_config(tmp_path, aer_anchor_probe=6, aer_tau=2.0, aer_eta=0.01, max_steps=2)
+    trainer = helpers.make_trainer(tokenizer, args)
+    calls = spy_on_generate(trainer)
+    trainer.train()
+    (probe, probe_lengths), (step1, step1_lengths), _ = calls
+    assert len(probe) == 6 * 4 and len(set(probe)) == 6  # 6 prompts x num_generations, from the training set
+    assert set(probe) <= set(helpers.make_dataset()["prompt"])
+    logs = [h for h in trainer.state.log_history if "aer/entropy" in h]
+    h0 = logs[0]["aer/anchor_probe_entropy"]
+    assert trainer.aer_callback.initial_entropy == pytest.approx(h0, rel=1e-6) and h0 > 0
+    assert abs(h0 - logs[0]["aer/entropy"]) > 1e-6  # not the first rollout batch's
+    assert logs[0]["aer/target_entropy"] == pytest.approx(2 * h0, rel=1e-6)  # τ = 2
+    assert alphas(trainer)[0] == 0.01  # α moves from the first rollout batch on: H0 is known before it
+    # step 1 logs its own rollout batch only, as it would without the probe
+    assert logs[0]["completions/mean_length"] == pytest.approx(sum(step1_lengths) / len(step1_lengths))
+    prompt_tokens = sum(len(tokenizer(p)["input_ids"]) for p in step1)
+    assert logs[0]["num_tokens"] == prompt_tokens + sum(step1_lengths)
+
+
+def test_probe_is_not_taken_again_on_resume(tmp_path, tokenizer):
+    common = dict(aer_anchor_probe=4, aer_tau=1.0, aer_eta=0.01, max_steps=4, save_strategy="steps", save_steps=2)
+    full = train_aer(tmp_path / "full", tokenizer, **common)
+    resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "resumed", **common))
+    calls = spy_on_generate(resumed)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    assert len(calls) == 2  # steps 3 and 4, no probe
+    assert resumed.aer_callback.initial_entropy == full.aer_callback.initial_entropy
+    assert alphas(resumed) == alphas(full)
