@@ -263,3 +263,20 @@ def test_the_probe_table_compares_the_anchors_on_the_same_seeds():
     table = anchor.probe_table(record)
     assert "| first rollout batch | 4 | 0.500 | 0.173 | 0.35 |" in table
     assert "| probe | 32 | 0.500 | 0.000 | 0.00 |" in table
+
+
+def test_seeds_and_methods_with_a_study_pick_the_cells_to_train_not_the_tables(tmp_path, monkeypatch):
+    """`--study F --seeds 1 --methods b`: only arm b's seed-1 cell is queued; an unknown arm or seed is an error."""
+    study = tmp_path / "s" / "study.yaml"
+    study.parent.mkdir()
+    arms = {"a": {"recipe": "grpo"}, "b": {"recipe": "aer"}}
+    study.write_text(yaml.safe_dump({"title": "t", "seeds": [0, 1], "reference": "a", "arms": arms}))
+    queued = []
+    monkeypatch.setattr(real_study, "_run_cell", lambda st, arm, seed, *a: queued.append((arm.name, seed)))
+    monkeypatch.setattr(real_study, "claim_cell", lambda *a: tmp_path / "claim")
+    real_study.main(["--study", str(study), "--seeds", "1", "--methods", "b", "--output_dir", str(tmp_path / "o")])
+    assert queued == [("b", 1)]
+    assert real_study.load_study(study).seeds == [0, 1]
+    for bad in (["--methods", "c"], ["--seeds", "7"]):
+        with pytest.raises(SystemExit):
+            real_study.main(["--study", str(study), *bad, "--output_dir", str(tmp_path / "o")])

@@ -11,7 +11,8 @@ tiers as 2-shot chat questions, over seeds, with held-out pass@k per tier before
 
 A study is a set of *arms* (a name, a recipe of `--recipes_dir`, settings over it) trained on the same seeds. With
 `--methods`, each method is an arm with its recipe as it is (plus the command's flags). A study file (YAML) says
-everything at once and keeps the study's records beside it:
+everything at once and keeps the study's records beside it (with `--study`, `--seeds` and `--methods` pick which of
+its cells this queue trains, by seed and arm name; its tables keep every seed and arm):
 
     title: "Fixed α: what the entropy bonus does to the real model"
     seeds: [0, 1, 2]
@@ -674,17 +675,33 @@ def share_record(studies: list[Study], study: Study, arm: Arm, seed: int) -> Pat
     return None
 
 
-def run_queue(studies: list[Study], output_dir: str | Path, evaluate_models: bool = True) -> None:
+def run_queue(
+    studies: list[Study],
+    output_dir: str | Path,
+    evaluate_models: bool = True,
+    seeds: list[int] | None = None,
+    arms: list[str] | None = None,
+) -> None:
     """Every missing cell of every study, seed-major across the studies (an interrupted queue leaves every arm at
     about the same number of seeds), each trained, evaluated and recorded before the next starts. A cell another
     live queue has claimed (`claim_cell`) is left to it, so two queues (e.g. one thread each on two cores, each with
-    its own --output_dir) can work through the same studies."""
+    its own --output_dir) can work through the same studies. `seeds` / `arms` (names): only those cells of the
+    studies are queued (the studies, and so their tables, keep every seed and arm)."""
+    if arms is not None:
+        known = {arm.name for study in studies for arm in study.arms}
+        unknown = [name for name in arms if name not in known]
+        if unknown:
+            raise ValueError(f"arms {unknown} are in none of the studies; their arms: {sorted(known)}")
     base_done: dict[Path, dict] = {}
     for seed in sorted({s for study in studies for s in study.seeds}):
+        if seeds is not None and seed not in seeds:
+            continue
         for study in studies:
             if seed not in study.seeds:
                 continue
             for arm in study.arms:
+                if arms is not None and arm.name not in arms:
+                    continue
                 if read_record(study, arm, seed) is not None or share_record(studies, study, arm, seed):
                     continue
                 claim = claim_cell(study, arm, seed)
@@ -756,8 +773,19 @@ def main(argv=None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
     parser.add_argument("--study", nargs="+", default=None, help="study files (YAML): their cells in one queue")
-    parser.add_argument("--methods", nargs="+", default=["grpo", "aer"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: [0], or the study file's")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help="without --study: the recipes to compare (default grpo aer); with --study: only these arms are trained",
+    )
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        default=None,
+        help="without --study: the seeds (default 0); with --study: only these of the study's seeds are trained",
+    )
     parser.add_argument("--output_dir", default=None, help="where cells train (default runs/real, or runs/real_llm)")
     parser.add_argument("--recipes_dir", default=str(RECIPES), help="one <method>.yaml per method")
     parser.add_argument("--eval_per_tier", type=int, default=16, help="held-out problems per tier")
@@ -774,18 +802,24 @@ def main(argv=None) -> dict:
             if args.recipe_overrides:
                 parser.error(f"with --study, settings go in the study file, not {args.recipe_overrides[0]}")
             studies = [load_study(p) for p in args.study]
-            if args.seeds:
-                for study in studies:
-                    study.seeds = list(args.seeds)
+            queue_seeds, queue_arms = args.seeds, args.methods
+            foreign = [s for s in (args.seeds or []) if not any(s in study.seeds for study in studies)]
+            if foreign:
+                parser.error(f"--seeds {foreign} are in none of the studies' seeds")
+            known = {arm.name for study in studies for arm in study.arms}
+            if args.methods and set(args.methods) - known:
+                unknown = sorted(set(args.methods) - known)
+                parser.error(f"--methods {unknown} are no arm of the studies: {sorted(known)}")
         else:
             args.output_dir = args.output_dir or "runs/real"
-            studies = [study_from_flags(args)]
+            args.methods = args.methods or ["grpo", "aer"]
+            studies, queue_seeds, queue_arms = [study_from_flags(args)], None, None
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
     output_dir = Path(args.output_dir or "runs/real_llm")
     if not args.aggregate_only:
         output_dir.mkdir(parents=True, exist_ok=True)
-        run_queue(studies, output_dir, evaluate_models=not args.no_eval)
+        run_queue(studies, output_dir, evaluate_models=not args.no_eval, seeds=queue_seeds, arms=queue_arms)
     results = {}
     for study in studies:
         rows = tables(study)
