@@ -63,9 +63,9 @@ def token_classes(pieces: list[str], end_token: str | None = None) -> list[str]:
     return classes
 
 
-def tokens_table(data: dict) -> str:
+def tokens_table(data: dict, order: list[str] | None = None) -> str:
     """Markdown from a tokens JSON: per model, each class's share of the tokens, of the entropy and of the bonus's
-    gradient, and its mean entropy per token."""
+    gradient, and its mean entropy per token. Rows in `order` (names not in it after, as stored)."""
     lines = [
         f"Per-token entropy by token class, seed {data['seed']}: the first {data['samples']} stored held-out "
         "completions of each problem, read back through each model. Shares of the tokens / of the summed entropy / "
@@ -74,7 +74,8 @@ def tokens_table(data: dict) -> str:
         "| model | " + " | ".join(f"{c}: tokens / H / ∇H share, mean H" for c in REPORTED) + " |",
         "|---" * (len(REPORTED) + 1) + "|",
     ]
-    for name, sums in data["models"].items():
+    rank = {name: i for i, name in enumerate(order or [])}
+    for name, sums in sorted(data["models"].items(), key=lambda item: rank.get(item[0], len(rank))):
         total = {k: sum(s[k] for s in sums.values()) or 1.0 for k in ("tokens", "entropy", "gradient")}
         cells = []
         for c in REPORTED:

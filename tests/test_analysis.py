@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from aer_trl.analysis import entropy_and_gradient, token_classes
+from aer_trl.analysis import REPORTED, entropy_and_gradient, token_classes, tokens_table
 
 
 def test_entropy_and_gradient_hand_computed():
@@ -42,3 +42,11 @@ def test_token_classes_without_a_box_has_no_answer_or_markup():
 
 def test_a_token_straddling_the_box_and_the_answer_is_the_answer():
     assert token_classes(["\\boxed{1", "3}"]) == ["answer", "answer"]
+
+
+def test_tokens_table_rows_follow_the_given_order_not_the_jsons():
+    sums = {c: {"tokens": 1.0, "entropy": 1.0, "gradient": 1.0} for c in REPORTED}
+    data = {"seed": 1, "samples": 4, "models": {name: sums for name in ("b-arm", "grpo", "untrained")}}
+    rows = [line.split(" | ")[0] for line in tokens_table(data, ["untrained", "grpo", "b-arm"]).splitlines()[4:]]
+    assert rows == ["| untrained", "| grpo", "| b-arm"]
+    assert "| 25% / 25% / 25%, 1.000 |" in tokens_table(data)

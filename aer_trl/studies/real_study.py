@@ -747,7 +747,8 @@ def tables(study: Study) -> dict:
     base_path = study.records / "base_passk.json"
     base = json.loads(base_path.read_text()) if base_path.is_file() else None
     for path in sorted(study.records.glob("tokens_seed*.json")):  # studies.tokens' records: which tokens carry H
-        atomic_write(study.records / f"{path.stem}.md", tokens_table(json.loads(path.read_text())))
+        order = ["untrained", *(arm.name for arm in study.arms)]  # the study's order (the JSON's keys are sorted)
+        atomic_write(study.records / f"{path.stem}.md", tokens_table(json.loads(path.read_text()), order))
     return aggregate(cells, base, study, study.figure)
 
 
