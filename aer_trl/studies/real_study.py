@@ -439,17 +439,13 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
         lines.append("| untrained | – | " + " | ".join(f"{f(base_cell):.3g}" for _, f in eval_cols) + " |")
     for m, row in rows.items():
         lines.append(f"| {m} | {len(row['seeds'])} | " + " | ".join(_fmt(*row[n]) for n, _ in eval_cols) + " |")
-    if paired:
-        names = [n for n, _ in compared]
-        lines += ["", f"| difference to {reference}, paired by seed | seeds | " + " | ".join(names) + " |"]
-        lines.append("|---" * (len(names) + 2) + "|")
-        for m, diffs in paired.items():
-            lines.append(
-                f"| {m} − {reference} | {len(diffs['seeds'])} | " + " | ".join(_fmt(*diffs[n]) for n in names) + " |"
-            )
-        names = [n for n, _ in tier_cols]
-        lines += ["", f"| per tier, difference to {reference} | seeds | " + " | ".join(names) + " |"]
-        lines.append("|---" * (len(names) + 2) + "|")
+    blocks = [
+        (f"difference to {reference}, paired by seed", compared),
+        (f"per tier, difference to {reference}", tier_cols),
+    ]
+    for title, cols in blocks if paired else []:
+        names = [n for n, _ in cols]
+        lines += ["", f"| {title} | seeds | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
         for m, diffs in paired.items():
             lines.append(
                 f"| {m} − {reference} | {len(diffs['seeds'])} | " + " | ".join(_fmt(*diffs[n]) for n in names) + " |"
