@@ -559,3 +559,21 @@ def test_probe_is_not_taken_again_on_resume(tmp_path, tokenizer):
     assert len(calls) == 2  # steps 3 and 4, no probe
     assert resumed.aer_callback.initial_entropy == full.aer_callback.initial_entropy
     assert alphas(resumed) == alphas(full)
+
+
+def test_probe_leaves_truncated_completions_out_when_training_does(tmp_path, tokenizer):
+    """With mask_truncated_completions, the probe measures H0 over the completions that ended, as H_t is measured:
+    the same probe completions (same seed) give another H0 than without the mask."""
+    runs = []
+    for masked in (False, True):
+        args = helpers.make_config(
+            tmp_path / str(masked), aer_anchor_probe=16, mask_truncated_completions=masked, max_steps=1
+        )
+        trainer = helpers.make_trainer(tokenizer, args)
+        calls = spy_on_generate(trainer)
+        trainer.train()
+        runs.append((calls[0], trainer.aer_callback.initial_entropy))
+    (probe, lengths), h0 = runs[0]
+    assert runs[1][0] == (probe, lengths)  # the same completions
+    assert 0 < sum(n < 8 for n in lengths) < len(lengths)  # some ended, some were cut at max_completion_length
+    assert runs[1][1] > 0 and abs(runs[1][1] - h0) > 1e-4
