@@ -49,6 +49,13 @@ def grpo_first_entropies(study_files: list[str], rollouts: int = max(KS)) -> dic
     return found
 
 
+def _spread(values: list[float]) -> str:
+    """'mean | sd | sd / mean' of H0 across seeds."""
+    mean = statistics.fmean(values) if values else float("nan")
+    sd = statistics.stdev(values) if len(values) > 1 else float("nan")
+    return f"{mean:.3f} | {sd:.3f} | {sd / mean:.2f}"
+
+
 def anchor_table(found: dict[int, list[float]]) -> str:
     lines = [
         f"H0 under `aer_anchor_rollouts: k`, across the {len(found)} recorded GRPO seeds ({sorted(found)}): mean, "
@@ -59,17 +66,8 @@ def anchor_table(found: dict[int, list[float]]) -> str:
         "|---|---|---|---|",
     ]
     for k in KS:
-        h0 = [statistics.fmean(e[:k]) for e in found.values()]
-        mean = statistics.fmean(h0) if h0 else float("nan")
-        sd = statistics.stdev(h0) if len(h0) > 1 else float("nan")
-        lines.append(f"| {k} | {mean:.3f} | {sd:.3f} | {sd / mean:.2f} |")
+        lines.append(f"| {k} | {_spread([statistics.fmean(e[:k]) for e in found.values()])} |")
     return "\n".join(lines) + "\n"
-
-
-def _spread(values: list[float]) -> str:
-    mean = statistics.fmean(values)
-    sd = statistics.stdev(values) if len(values) > 1 else float("nan")
-    return f"{mean:.3f} | {sd:.3f} | {sd / mean:.2f}"
 
 
 def probe_table(record: dict) -> str:
