@@ -69,6 +69,37 @@ def test_execution_options_are_not_part_of_a_cells_identity(tmp_path):
     assert real_study.cell_dir(_study(tmp_path, "--share_prompt_forward", "false"), aer, 0, tmp_path) != cell
 
 
+@pytest.mark.parametrize("exit_code", [0, 1])
+def test_a_finished_cell_drops_its_checkpoints_and_a_failed_one_keeps_them_to_resume(tmp_path, monkeypatch, exit_code):
+    study, aer = _study(tmp_path), _study(tmp_path).arm("aer")
+    commands = []
+
+    def fake_training(command, **kwargs):  # what `aer_trl.run` leaves: checkpoints, then the final model
+        commands.append(command)
+        out = Path(command[command.index("--output_dir") + 1])
+        (out / "checkpoint-30").mkdir(exist_ok=True)
+        (out / "checkpoint-30" / "trainer_state.json").write_text("{}")
+        if exit_code == 0:
+            (out / "model.safetensors").write_text("weights")
+        return exit_code
+
+    monkeypatch.setattr(real_study.subprocess, "call", fake_training)
+    folder = real_study.cell_dir(study, aer, 0, tmp_path / "o")
+    if exit_code:
+        with pytest.raises(RuntimeError, match="aer seed 0 failed"):
+            real_study.train_cell(study, aer, 0, tmp_path / "o")
+        assert (folder / "checkpoint-30" / "trainer_state.json").is_file() and not (folder / "run.json").exists()
+        with pytest.raises(RuntimeError):  # the next try resumes from it
+            real_study.train_cell(study, aer, 0, tmp_path / "o")
+        assert "--resume_from_checkpoint" in commands[-1]
+        return
+    real_study.train_cell(study, aer, 0, tmp_path / "o")
+    assert (folder / "run.json").is_file() and (folder / "model.safetensors").is_file()
+    assert not list(folder.glob("checkpoint-*"))
+    real_study.train_cell(study, aer, 0, tmp_path / "o")  # finished: not trained again
+    assert len(commands) == 1
+
+
 def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_taken_over(tmp_path):
     import os
     import subprocess

@@ -203,7 +203,8 @@ def record_dir(study: Study, arm: Arm, seed: int) -> Path:
 
 
 def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path) -> dict:
-    """Train one cell in its own process unless it is finished; resume a killed one from its newest checkpoint."""
+    """Train one cell in its own process unless it is finished; resume a killed one from its newest checkpoint; drop
+    the checkpoints of a finished one."""
     folder = cell_dir(study, arm, seed, output_dir)
     done = folder / "run.json"
     if done.exists():
@@ -242,6 +243,10 @@ def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path) -> dic
         "resumed": resume,
     }
     atomic_write(done, json.dumps(run, indent=2))
+    # A finished cell is never resumed: its checkpoints (weights plus optimizer state, ~2 GB for SmolLM2) only fill
+    # the disk. The final model stays in the folder for the evaluation.
+    for checkpoint in folder.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint, ignore_errors=True)
     return run
 
 
