@@ -3,6 +3,7 @@ chat prompts. A few-shot conversational data set keeps its turns through loading
 chosen 2-shot format earns reward on the first step; one AER step on the real model moves α as the controller says."""
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -58,7 +59,8 @@ def arithmetic_step(smollm2, tmp_path_factory):
             "100",  # far above any entropy: the controller must raise α by η
         ]
     )
-    return out, trainer
+    yield out, trainer
+    shutil.rmtree(out.parent, ignore_errors=True)  # a real model's run: ~0.5-2 GB of weights and optimizer state
 
 
 def test_the_chosen_format_earns_reward_on_the_first_step(arithmetic_step):

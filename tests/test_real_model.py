@@ -5,6 +5,7 @@ test split (openai/gsm8k, config main, MIT license)."""
 
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -44,7 +45,8 @@ def trained(smollm2, tmp_path_factory):
             "1",
         ]
     )
-    return out, trainer
+    yield out, trainer
+    shutil.rmtree(out.parent, ignore_errors=True)  # a real model's run: ~0.5-2 GB of weights and optimizer state
 
 
 def test_aer_trains_the_real_model_and_writes_card_and_checkpoint(trained):
