@@ -86,9 +86,8 @@ real-queue:
 
 # Every table and figure of docs/real_llm.md made again from the committed records alone (no training, < 1 min).
 real-results:
-	@for s in $(STUDIES); do $(BIN)/python -m aer_trl.studies.real_study --study $$s --aggregate_only \
-		--docs docs/real_llm.md >/dev/null || exit 1; \
-		echo "$$s: $$(dirname $$s)/study.md"; done
+	@$(BIN)/python -m aer_trl.studies.real_study --study $(STUDIES) --aggregate_only --docs docs/real_llm.md >/dev/null
+	@for s in $(STUDIES); do echo "$$s: $$(dirname $$s)/study.md"; done
 	@$(BIN)/python -m aer_trl.studies.anchor $(STUDIES) --probe_record results/real_llm/anchor/probe.json \
 		--docs docs/real_llm.md >/dev/null
 
