@@ -27,10 +27,10 @@ its cells this queue trains, by seed and arm name; its tables keep every seed an
 Resumable at every level. A cell (arm × seed) trains in its own process under
 `<output_dir>/train/<recipe>-<hash of its settings>/seed<k>/` (the recipe merged with the settings is written there
 as `recipe.yaml` and is what trains; two arms of two studies with the same settings share one cell); a killed run
-resumes from its newest complete checkpoint; a finished run (`run.json`, written last) is never rerun. Held-out
-sampling goes through the evaluation harness into `<output_dir>/eval/` (fingerprinted store: a killed evaluation
-resumes exactly). Every model, the untrained one included, is evaluated on the same held-out problems with the same
-sampling seeds.
+resumes from its newest complete checkpoint; a finished run (`run.json`, written last) is never rerun, and its
+checkpoints are deleted (the final model stays). Held-out sampling goes through the evaluation harness into
+`<output_dir>/eval/` (fingerprinted store: a killed evaluation resumes exactly). Every model, the untrained one
+included, is evaluated on the same held-out problems with the same sampling seeds.
 
 The records: once a cell is trained and evaluated, its compact record (`metrics.jsonl`, `run.json`, `passk.json`,
 `recipe.yaml`) is written to `<records>/cells/<arm>/seed<k>/` (`<records>`: the study file's folder, else
