@@ -71,7 +71,8 @@ def test_execution_options_are_not_part_of_a_cells_identity(tmp_path):
 
 @pytest.mark.parametrize("exit_code", [0, 1])
 def test_a_finished_cell_drops_its_checkpoints_and_a_failed_one_keeps_them_to_resume(tmp_path, monkeypatch, exit_code):
-    study, aer = _study(tmp_path), _study(tmp_path).arm("aer")
+    study = _study(tmp_path)
+    aer = study.arm("aer")
     commands = []
 
     def fake_training(command, **kwargs):  # what `aer_trl.run` leaves: checkpoints, then the final model
