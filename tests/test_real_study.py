@@ -312,3 +312,16 @@ def test_seeds_and_methods_with_a_study_pick_the_cells_to_train_not_the_tables(t
     for bad in (["--methods", "c"], ["--seeds", "7"]):
         with pytest.raises(SystemExit):
             real_study.main(["--study", str(study), *bad, "--output_dir", str(tmp_path / "o")])
+
+
+def test_the_coefficient_column_is_trls_entropy_coef_where_trls_bonus_trains_and_alpha_elsewhere():
+    """TRL's adaptive entropy (skywork) logs its coefficient as `entropy_coef` while AER's α stays 0: the table's α
+    column reads the coefficient that trained, not a zero."""
+    step = {"reward": 0.5, "aer/entropy": 0.2, "aer/initial_entropy": 0.5, "aer/target_entropy": 0.2}
+    trl = [{**step, "step": s, "aer/alpha": 0.0, "entropy_coef": 0.1 * s} for s in range(1, 11)]
+    aer = [{**step, "step": s, "aer/alpha": 0.01 * s} for s in range(1, 11)]
+    grpo = [{**step, "step": s, "aer/alpha": 0.0} for s in range(1, 11)]
+    assert real_study.training_summary(trl)["alpha_last"] == pytest.approx(0.8)  # steps 6-10: 0.6..1.0
+    assert real_study.training_summary(trl)["curves"]["alpha"][0] == (1, pytest.approx(0.1))
+    assert real_study.training_summary(aer)["alpha_last"] == pytest.approx(0.08)
+    assert real_study.training_summary(grpo)["alpha_last"] == 0.0

@@ -337,6 +337,10 @@ def training_summary(records: list[dict]) -> dict:
         return statistics.fmean(part(values)) if values and part(values) else float("nan")
 
     first, last = (lambda v: v[:5]), (lambda v: v[-5:])
+    # the entropy bonus's coefficient: AER's α, or TRL's own `entropy_coef` where TRL's bonus trains (it logs the
+    # coefficient only then; AER's α is 0 in those runs)
+    coefficient = [(r["step"], r.get("entropy_coef") or r.get("aer/alpha")) for r in steps]
+    coefficient = [(s, v) for s, v in coefficient if v is not None]
     entropy = series("aer/entropy")
     targets = [r.get("aer/target_entropy") for r in steps]
     target = next((t for t in reversed(targets) if t), float("nan"))
@@ -361,12 +365,12 @@ def training_summary(records: list[dict]) -> dict:
         "entropy_ratio": mean_of("aer/entropy", last) / h0 if h0 == h0 and h0 else float("nan"),
         "target_distance": statistics.median(distance) if distance else float("nan"),
         "entropy_spread": statistics.median(spread) if spread else float("nan"),
-        "alpha_last": mean_of("aer/alpha", last),
+        "alpha_last": statistics.fmean(last([v for _, v in coefficient])) if coefficient else float("nan"),
         "length_last": mean_of("completions/mean_length", last),
         "curves": {
             "reward": series("reward"),
             "entropy": entropy,
-            "alpha": series("aer/alpha"),
+            "alpha": coefficient,
             "length": series("completions/mean_length"),
             "hard_share": hard,
             **{f"tier{t}": series(f"lab/accuracy_tier{t}") for t in TIER_NAMES},
@@ -459,9 +463,10 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
     lines += [
         "",
         f"Mean over seeds ± half-width of the 95% Student-t interval. Training columns from metrics.jsonl (reward = "
-        f"accuracy; H = token-weighted policy entropy in nats; α = AER's global coefficient; median |H−H*|/H* over "
-        f"the second half of training; its floor: the same statistic around the run's own median entropy, i.e. what "
-        f"a controller holding the median exactly at H* would score given the batch-to-batch spread). Held-out: "
+        f"accuracy; H = token-weighted policy entropy in nats; α = AER's global coefficient, or TRL's entropy_coef "
+        f"for a method with TRL's own entropy bonus; median |H−H*|/H* over the second half of training; its floor: "
+        f"the same statistic around the run's own median entropy, i.e. what a controller holding the median exactly "
+        f"at H* would score given the batch-to-batch spread). Held-out: "
         f"{study.eval_per_tier} problems per tier, n = {study.eval_samples} samples each, temperature 1, the "
         "training prompt format, the same sampling seeds for every model; no answer "
         "= completions with no final-answer marker or one that does not parse. Arms (recipe and settings over it): "
@@ -505,7 +510,7 @@ def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") 
     panels = [
         (axes[0, 0], "reward", "training reward (accuracy)"),
         (axes[0, 1], "entropy", "policy entropy (nats/token)"),
-        (axes[0, 2], "alpha", "AER global coefficient α"),
+        (axes[0, 2], "alpha", "entropy coefficient: AER's α (TRL's entropy_coef)"),
         (axes[0, 3], "hard_share", "share of completions in groups with g < ρ"),
         (axes[1, 0], "length", "mean completion length (tokens)"),
     ]
