@@ -160,3 +160,23 @@ def test_each_lab_recipe_trains_two_steps(tmp_path, recipe):
     assert len(logs) == 2 and trainer.args.method == recipe.stem
     if recipe.stem in METRIC:
         assert all(METRIC[recipe.stem] in h for h in logs), METRIC[recipe.stem]
+
+
+def _losses(tmp_path, method, **overrides):
+    from tests import helpers
+
+    tokenizer = helpers.make_tokenizer()
+    args = helpers.make_config(tmp_path / f"{method}-{len(overrides)}", method=method, max_steps=3, **overrides)
+    trainer = helpers.make_trainer(tokenizer, args)
+    trainer.train()
+    return [r["loss"] for r in trainer.state.log_history if "loss" in r]
+
+
+def test_clip_higher_and_kl_cov_train_as_grpo_with_one_optimizer_step_per_rollout_batch(tmp_path):
+    """What the real-model rivals study found (docs/real_llm.md §3.6): with one optimizer step per rollout batch the
+    policy has not moved when its loss is taken (ratio ≡ 1), so neither a higher clip bound nor a penalty on
+    π − π_old changes a gradient: both train as GRPO bit for bit. With two passes over each batch KL-Cov acts."""
+    grpo = _losses(tmp_path, "grpo")
+    assert _losses(tmp_path, "clip_higher") == grpo
+    assert _losses(tmp_path, "kl_cov") == grpo
+    assert _losses(tmp_path, "kl_cov", num_iterations=2) != _losses(tmp_path, "grpo", num_iterations=2)
