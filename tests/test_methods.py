@@ -9,6 +9,7 @@ import torch
 from aer_trl import AERConfig
 from aer_trl.methods import clip_cov_mask, ent_adv_advantages, kl_cov_advantages, token_covariance
 from aer_trl.registry import methods as registered_methods
+from tests import helpers
 
 ROOT = Path(__file__).resolve().parents[1]
 ADV = torch.tensor([1.0, -1.0])
@@ -163,8 +164,6 @@ def test_each_lab_recipe_trains_two_steps(tmp_path, recipe):
 
 
 def _losses(tmp_path, method, **overrides):
-    from tests import helpers
-
     tokenizer = helpers.make_tokenizer()
     args = helpers.make_config(tmp_path / f"{method}-{len(overrides)}", method=method, max_steps=3, **overrides)
     trainer = helpers.make_trainer(tokenizer, args)
