@@ -325,3 +325,17 @@ def test_the_coefficient_column_is_trls_entropy_coef_where_trls_bonus_trains_and
     assert real_study.training_summary(trl)["curves"]["alpha"][0] == (1, pytest.approx(0.1))
     assert real_study.training_summary(aer)["alpha_last"] == pytest.approx(0.08)
     assert real_study.training_summary(grpo)["alpha_last"] == 0.0
+
+
+def test_a_queue_for_some_arms_still_copies_the_shared_records_of_the_others(tmp_path, monkeypatch):
+    """`--methods fixed` over two studies: the second study's grpo cell, recorded by the first, is copied (its paired
+    tables need it); nothing but `fixed` is trained."""
+    first = real_study.load_study(_write_study(tmp_path / "a"))
+    second = real_study.load_study(_write_study(tmp_path / "b"))
+    _fake_record(first, first.arm("grpo"), 0, 0.6, 0.07, unmarked=2)
+    queued = []
+    monkeypatch.setattr(real_study, "_run_cell", lambda st, arm, seed, *a: queued.append((st.records, arm.name, seed)))
+    monkeypatch.setattr(real_study, "claim_cell", lambda *a: tmp_path / "claim")
+    real_study.run_queue([first, second], tmp_path / "o", seeds=[0], arms=["fixed"])
+    assert real_study.read_record(second, second.arm("grpo"), 0) is not None
+    assert sorted(queued) == sorted([(first.records, "fixed", 0), (second.records, "fixed", 0)])

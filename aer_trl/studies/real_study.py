@@ -692,7 +692,8 @@ def run_queue(
     about the same number of seeds), each trained, evaluated and recorded before the next starts. A cell another
     live queue has claimed (`claim_cell`) is left to it, so two queues (e.g. one thread each on two cores, each with
     its own --output_dir) can work through the same studies. `seeds` / `arms` (names): only those cells of the
-    studies are queued (the studies, and so their tables, keep every seed and arm)."""
+    studies are trained (the studies, and so their tables, keep every seed and arm; a record another study
+    holds is copied for any arm)."""
     if arms is not None:
         known = {arm.name for study in studies for arm in study.arms}
         unknown = [name for name in arms if name not in known]
@@ -706,9 +707,11 @@ def run_queue(
             if seed not in study.seeds:
                 continue
             for arm in study.arms:
-                if arms is not None and arm.name not in arms:
-                    continue
+                # a record another study holds is copied whatever `arms` says (copying trains nothing: a queue
+                # for the rivals alone still gets the shared reference's cells, and so its paired tables)
                 if read_record(study, arm, seed) is not None or share_record(studies, study, arm, seed):
+                    continue
+                if arms is not None and arm.name not in arms:
                     continue
                 claim = claim_cell(study, arm, seed)
                 if claim is None:
