@@ -339,3 +339,38 @@ def test_a_queue_for_some_arms_still_copies_the_shared_records_of_the_others(tmp
     real_study.run_queue([first, second], tmp_path / "o", seeds=[0], arms=["fixed"])
     assert real_study.read_record(second, second.arm("grpo"), 0) is not None
     assert sorted(queued) == sorted([(first.records, "fixed", 0), (second.records, "fixed", 0)])
+
+
+def test_a_tier_curve_averages_each_seeds_last_steps_and_runs_to_the_end_when_seeds_skip_steps():
+    # a tier seen at odd steps by one seed and at even steps by the other: no step is common to both, yet every
+    # step from 2 on has an observation of each seed within its last 5 steps
+    odd = {1: 0.0, 3: 1.0, 5: 1.0, 7: 1.0}
+    even = {2: 0.5, 4: 0.5, 6: 1.0, 8: 1.0}
+    steps, values = real_study.tier_curve([odd, even])
+    assert steps == [2, 3, 4, 5, 6, 7, 8]
+    assert values[0] == pytest.approx((0.0 + 0.5) / 2)  # step 2: odd {1}, even {2}
+    assert values[-1] == pytest.approx((1.0 + (0.5 + 1.0 + 1.0) / 3) / 2)  # step 8: odd {5, 7}, even {4, 6, 8}
+    assert real_study.tier_curve([]) == ([], [])
+
+
+def test_the_figure_carries_the_studys_title_and_each_tier_to_the_last_step(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+
+    def cell(method, seed):
+        curve = [(s, 0.1 * seed + 0.01 * s) for s in range(1, 13)]
+        tiers = {f"tier{t}": [(s, 0.5) for s in range(1, 13) if (s + seed + int(t)) % 3 == 0] for t in "0123"}
+        keys = ("reward", "entropy", "alpha", "hard_share", "length")
+        return {"method": method, "seed": seed, "target": 0.2, "h0": 0.5, "curves": {k: curve for k in keys} | tiers}
+
+    cells = [cell(m, seed) for m in ("grpo", "aer") for seed in (0, 1, 2)]
+    real_study.plot(cells, None, tmp_path / "figure.png", KS, title="Rivals, 60 steps")
+    (fig,) = figures
+    assert fig._suptitle.get_text().startswith("Rivals, 60 steps:")  # not the last panel's title
+    tier_panel = fig.axes[7]
+    assert {max(line.get_xdata()) for line in tier_panel.get_lines()} >= {12}
+    assert min(max(line.get_xdata()) for line in tier_panel.get_lines()) >= 10
+    assert "grpo (3 seeds)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    plt.close(fig)

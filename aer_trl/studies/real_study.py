@@ -498,6 +498,25 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
     return rows
 
 
+def seed_count(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
+def tier_curve(curves: list[dict[int, float]], window: int = 5) -> tuple[list[int], list[float]]:
+    """One tier's training accuracy over steps, mean over seeds. A step's few prompts rarely cover every tier, so
+    each seed's value at step s is the mean of its own observations in steps s-window+1..s, and a step is drawn
+    where every seed has one (a seed that skips a tier at some step does not end the curve there)."""
+    if not curves:
+        return [], []
+    steps, values = [], []
+    for s in sorted(set().union(*curves)):
+        per_seed = [[v for step, v in cv.items() if s - window < step <= s] for cv in curves]
+        if all(per_seed):
+            steps.append(s)
+            values.append(statistics.fmean(statistics.fmean(v) for v in per_seed))
+    return steps, values
+
+
 def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") -> Path:
     import matplotlib
 
@@ -514,16 +533,16 @@ def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") 
         (axes[0, 3], "hard_share", "share of completions in groups with g < ρ"),
         (axes[1, 0], "length", "mean completion length (tokens)"),
     ]
-    for ax, key, title in panels:
+    for ax, key, panel_title in panels:
         for m in methods:
             curves = [dict(c["curves"][key]) for c in cells if c["method"] == m and c["curves"][key]]
             if not curves:
                 continue
             steps = sorted(set.intersection(*(set(cv) for cv in curves)))
             values = [[cv[s] for cv in curves] for s in steps]
-            ax.plot(steps, [statistics.fmean(v) for v in values], color=color[m], label=f"{m} ({len(curves)} seeds)")
+            ax.plot(steps, [statistics.fmean(v) for v in values], color=color[m], label=f"{m} ({seed_count(len(curves))})")
             ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], color=color[m], alpha=0.15)
-        ax.set_title(title)
+        ax.set_title(panel_title)
         ax.set_xlabel("step")
     targets = {}
     for c in cells:
@@ -573,19 +592,21 @@ def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") 
     ax.set_title("held-out pass@1 per tier (%)")
     ax.legend(fontsize=8)
     ax = axes[1, 3]
+    styles = dict(zip(TIER_NAMES, ["-", "--", ":", "-."]))
     for m in methods:
-        for t, style in zip(TIER_NAMES, ["-", "--", ":", "-."]):
+        for t, style in styles.items():
             curves = [dict(c["curves"][f"tier{t}"]) for c in cells if c["method"] == m and c["curves"][f"tier{t}"]]
-            if not curves:
-                continue
-            steps = sorted(set.intersection(*(set(cv) for cv in curves)))
-            # a step's 4 prompts rarely cover every tier: a 5-step running mean over the seeds' mean
-            values = [statistics.fmean(cv[s] for cv in curves) for s in steps]
-            smooth = [statistics.fmean(values[max(0, i - 4) : i + 1]) for i in range(len(values))]
-            ax.plot(steps, smooth, color=color[m], ls=style, label=f"{m} {TIER_NAMES[t]}")
-    ax.set_title("training accuracy per tier (5-step running mean)")
+            steps, values = tier_curve(curves)
+            ax.plot(steps, values, color=color[m], ls=style)
+    ax.set_title("training accuracy per tier (each seed's last 5 steps)")
     ax.set_xlabel("step")
-    ax.legend(fontsize=6, ncol=2)
+    from matplotlib.lines import Line2D
+
+    # colour = arm, line style = tier: two short legends instead of one entry per (arm, tier)
+    arms = ax.legend([Line2D([], [], color=color[m]) for m in methods], methods, fontsize=6, loc="lower left")
+    ax.add_artist(arms)
+    tiers = [Line2D([], [], color="k", ls=st) for st in styles.values()]
+    ax.legend(tiers, list(TIER_NAMES.values()), fontsize=6, loc="lower right")
     fig.suptitle(
         f"{title or 'SmolLM2-135M-Instruct'}: arithmetic tiers, 2-shot chat prompts; mean over seeds, min–max band"
     )
