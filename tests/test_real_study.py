@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from aer_trl.studies import real_study
+from tests import helpers
 
 KS = (1, 2, 4, 8, 16)
 
@@ -106,7 +107,7 @@ def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_t
     import subprocess
     import sys
 
-    study = real_study.load_study(_write_study(tmp_path / "s"))
+    study = real_study.load_study(helpers.write_study(tmp_path / "s"))
     arm = study.arm("grpo")
     mine = real_study.claim_cell(study, arm, 0)
     assert mine is not None and mine.read_text() == str(os.getpid())
@@ -123,11 +124,11 @@ def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_t
 
 
 def test_a_cell_recorded_by_another_study_is_copied_not_trained_again(tmp_path):
-    first = real_study.load_study(_write_study(tmp_path / "a"))
-    second = real_study.load_study(_write_study(tmp_path / "b"))
+    first = real_study.load_study(helpers.write_study(tmp_path / "a"))
+    second = real_study.load_study(helpers.write_study(tmp_path / "b"))
     again = second.arm("grpo")
     again.name = "grpo-again"  # the same settings under another name
-    _fake_record(first, first.arm("grpo"), 0, 0.6, 0.07, unmarked=2)
+    helpers.fake_study_record(first, first.arm("grpo"), 0, 0.6, 0.07, unmarked=2)
     assert real_study.share_record([first, second], second, again, 1) is None  # no record of seed 1
     copied = real_study.share_record([first, second], second, again, 0)
     assert copied == real_study.record_dir(second, again, 0)
@@ -147,20 +148,6 @@ def test_the_evaluation_samples_in_the_format_and_budget_the_cells_trained_with(
     assert args.top_k == 0 and args.temperature == 1.0  # TRL samples the full distribution
 
 
-def _write_study(folder: Path, **extra) -> Path:
-    spec = {
-        "title": "test study",
-        "seeds": [0, 1],
-        "settings": {"aer_tau": 0.4},
-        "reference": "grpo",
-        "arms": {"grpo": {"recipe": "grpo"}, "fixed": {"recipe": "aer", "settings": {"aer_alpha_init": 0.3}}},
-        **extra,
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "study.yaml").write_text(yaml.safe_dump(spec))
-    return folder / "study.yaml"
-
-
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -172,44 +159,17 @@ def _write_study(folder: Path, **extra) -> Path:
     ],
 )
 def test_a_bad_study_file_names_the_file_and_the_key(tmp_path, change, message):
-    path = _write_study(tmp_path / "s", **change)
+    path = helpers.write_study(tmp_path / "s", **change)
     with pytest.raises(ValueError, match=message) as err:
         real_study.load_study(path)
     assert str(path) in str(err.value)
 
 
-def _fake_record(study, arm, seed, pass1: float, entropy: float, unmarked: int):
-    """A cell's record as export_record writes it, with made-up numbers."""
-    out = real_study.record_dir(study, arm, seed)
-    out.mkdir(parents=True)
-    h0 = 0.5
-    steps = [
-        {
-            "step": s,
-            "reward": 0.3 + 0.01 * s,
-            "aer/entropy": entropy if s > 2 else h0,
-            "aer/initial_entropy": h0,
-            "aer/target_entropy": 0.4 * h0,
-            "aer/alpha": 0.0,
-            "completions/mean_length": 17.0,
-        }
-        for s in range(1, 11)
-    ]
-    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
-    passk = {f"pass@{k}": min(1.0, pass1 * (1 + 0.1 * k)) for k in KS}
-    passk["per_group"] = {t: {"pass@1": pass1} for t in "0123"}
-    passk.update(num_problems=64, num_samples=16, reward_stats={"unmarked": unmarked, "unparsed": 0, "timeouts": 0})
-    (out / "passk.json").write_text(json.dumps(passk))
-    (out / "recipe.yaml").write_text(yaml.safe_dump(study.merged(arm)))
-    run = {"arm": arm.name, "seed": seed, "settings_hash": real_study.settings_hash(study.merged(arm))}
-    (out / "run.json").write_text(json.dumps(run))
-
-
 def test_tables_from_records_alone_and_stable_when_made_again(tmp_path):
-    study = real_study.load_study(_write_study(tmp_path / "s"))
+    study = real_study.load_study(helpers.write_study(tmp_path / "s"))
     for seed, (g, f) in enumerate([(0.60, 0.62), (0.58, 0.63)]):
-        _fake_record(study, study.arm("grpo"), seed, g, 0.07, unmarked=2)
-        _fake_record(study, study.arm("fixed"), seed, f, 0.2, unmarked=10 + seed)
+        helpers.fake_study_record(study, study.arm("grpo"), seed, g, 0.07, unmarked=2)
+        helpers.fake_study_record(study, study.arm("fixed"), seed, f, 0.2, unmarked=10 + seed)
     base = {f"pass@{k}": 0.4 for k in KS}
     base.update(per_group={t: {"pass@1": 0.4} for t in "0123"}, num_problems=64, num_samples=16, reward_stats={})
     (study.records / "base_passk.json").write_text(json.dumps(base))
@@ -228,10 +188,10 @@ def test_tables_from_records_alone_and_stable_when_made_again(tmp_path):
 
 
 def test_a_record_made_with_other_settings_is_an_error_not_a_silent_mix(tmp_path):
-    path = _write_study(tmp_path / "s")
+    path = helpers.write_study(tmp_path / "s")
     study = real_study.load_study(path)
-    _fake_record(study, study.arm("fixed"), 0, 0.6, 0.2, unmarked=0)
-    _write_study(tmp_path / "s", arms={"grpo": {"recipe": "grpo"}, "fixed": {"recipe": "aer", "settings": {}}})
+    helpers.fake_study_record(study, study.arm("fixed"), 0, 0.6, 0.2, unmarked=0)
+    helpers.write_study(tmp_path / "s", arms={"grpo": {"recipe": "grpo"}, "fixed": {"recipe": "aer", "settings": {}}})
     changed = real_study.load_study(path)
     with pytest.raises(ValueError, match="other settings"):
         real_study.read_record(changed, changed.arm("fixed"), 0)
@@ -330,9 +290,9 @@ def test_the_coefficient_column_is_trls_entropy_coef_where_trls_bonus_trains_and
 def test_a_queue_for_some_arms_still_copies_the_shared_records_of_the_others(tmp_path, monkeypatch):
     """`--methods fixed` over two studies: the second study's grpo cell, recorded by the first, is copied (its paired
     tables need it); nothing but `fixed` is trained."""
-    first = real_study.load_study(_write_study(tmp_path / "a"))
-    second = real_study.load_study(_write_study(tmp_path / "b"))
-    _fake_record(first, first.arm("grpo"), 0, 0.6, 0.07, unmarked=2)
+    first = real_study.load_study(helpers.write_study(tmp_path / "a"))
+    second = real_study.load_study(helpers.write_study(tmp_path / "b"))
+    helpers.fake_study_record(first, first.arm("grpo"), 0, 0.6, 0.07, unmarked=2)
     queued = []
     monkeypatch.setattr(real_study, "_run_cell", lambda st, arm, seed, *a: queued.append((st.records, arm.name, seed)))
     monkeypatch.setattr(real_study, "claim_cell", lambda *a: tmp_path / "claim")

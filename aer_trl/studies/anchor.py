@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..io import atomic_write
 from ..metrics import read_metrics
-from .real_study import load_study, read_record
+from .real_study import load_study, read_record, replace_block
 
 KS = (1, 2, 3, 4, 5)
 
@@ -145,12 +145,7 @@ def main(argv=None) -> str:
         table += "\n" + probe_table(json.loads(args.probe_record.read_text()))
     print(table)
     if args.docs:
-        docs = Path(args.docs)
-        text = docs.read_text()
-        start, end = "<!-- study:anchor -->", "<!-- /study:anchor -->"
-        if start in text and end in text:
-            head, rest = text.split(start, 1)
-            atomic_write(docs, f"{head}{start}\n{table}{end}{rest.split(end, 1)[1]}")
+        replace_block(Path(args.docs), "anchor", table)
     return table
 
 

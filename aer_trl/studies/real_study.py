@@ -540,7 +540,9 @@ def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") 
                 continue
             steps = sorted(set.intersection(*(set(cv) for cv in curves)))
             values = [[cv[s] for cv in curves] for s in steps]
-            ax.plot(steps, [statistics.fmean(v) for v in values], color=color[m], label=f"{m} ({seed_count(len(curves))})")
+            ax.plot(
+                steps, [statistics.fmean(v) for v in values], color=color[m], label=f"{m} ({seed_count(len(curves))})"
+            )
             ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], color=color[m], alpha=0.15)
         ax.set_title(panel_title)
         ax.set_xlabel("step")
@@ -782,21 +784,25 @@ def tables(study: Study) -> dict:
     return aggregate(cells, base, study, study.figure)
 
 
-def update_docs(docs: Path, study: Study) -> bool:
-    """Put the study's `study.md` (and its token tables) between `<!-- study:<folder> -->` and
-    `<!-- /study:<folder> -->` in `docs`; False when the page has no such markers."""
-    name = study.records.name
+def replace_block(docs: Path, name: str, body: str) -> bool:
+    """Put `body` between `<!-- study:<name> -->` and `<!-- /study:<name> -->` in `docs`; False when the page has no
+    such markers."""
     start, end = f"<!-- study:{name} -->", f"<!-- /study:{name} -->"
     text = docs.read_text()
     if start not in text or end not in text:
         return False
-    body = (study.records / "study.md").read_text()
-    for path in sorted(study.records.glob("tokens_seed*.md")):
-        body += "\n" + path.read_text()
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
     atomic_write(docs, f"{head}{start}\n{body}{end}{tail}")
     return True
+
+
+def update_docs(docs: Path, study: Study) -> bool:
+    """The study's `study.md` (and its token tables) in its `<!-- study:<folder> -->` block of `docs`."""
+    body = (study.records / "study.md").read_text()
+    for path in sorted(study.records.glob("tokens_seed*.md")):
+        body += "\n" + path.read_text()
+    return replace_block(docs, study.records.name, body)
 
 
 def main(argv=None) -> dict:

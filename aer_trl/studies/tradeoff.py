@@ -1,0 +1,172 @@
+"""Does any setting hold H* without costing the answer format? Every recorded cell of every study, one point each
+(docs/real_llm.md §3.7), made from the committed records alone.
+
+    python -m aer_trl.studies.tradeoff results/real_llm/*/study.yaml [--docs docs/real_llm.md] [--figure F]
+
+Each cell is placed by its median |H − H*|/H* over the second half of training (`target_distance`) and by its
+share of held-out completions without a parseable answer minus that of its study's reference arm (GRPO) on the same
+seed. The bar of the study of record is the box: distance ≤ 0.25 and a no-answer share within 1 point of GRPO's.
+Arms of different studies that train with the same settings (the same cell identity, `real_study.settings_hash`)
+are one arm, each seed counted once. Reads each study's `study.json` (`make real-results` writes them first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from .real_study import Study, load_study, replace_block, settings_hash
+
+DISTANCE_BAR = 0.25  # median |H − H*|/H* over the second half
+FORMAT_BAR = 1.0  # points of held-out completions without an answer, over the reference's
+
+
+@dataclass
+class Point:
+    arm: str  # "study/arm" of the first study that names these settings (others: `also`)
+    seed: int
+    distance: float
+    no_answer_excess: float  # points over the reference arm on the same seed
+    pass1_diff: float  # points of held-out pass@1 over the reference arm on the same seed
+
+    @property
+    def on_target(self) -> bool:
+        return self.distance <= DISTANCE_BAR
+
+    @property
+    def format_kept(self) -> bool:
+        return self.no_answer_excess <= FORMAT_BAR
+
+
+def points(studies: list[Study]) -> tuple[list[Point], dict[str, list[str]], list[float]]:
+    """The non-reference cells of every study (one per settings and seed), the other names of each arm, and the
+    reference cells' distances (GRPO: how far from H* no entropy control at all lands)."""
+    found: dict[tuple[str, int], Point] = {}
+    names: dict[str, str] = {}  # settings hash → the arm's label
+    also: dict[str, list[str]] = {}
+    reference: dict[tuple[str, int], float] = {}
+    for study in studies:
+        summary = json.loads((study.records / "study.json").read_text())
+        cells = {(c["method"], c["seed"]): c for c in summary["cells"]}
+        for arm in study.arms:
+            key = settings_hash(study.merged(arm))
+            label = f"{study.records.name}/{arm.name}"
+            if key not in names:
+                names[key] = label
+            elif label not in also.setdefault(names[key], []):
+                also[names[key]].append(label)
+            for seed in study.seeds:
+                cell, ref = cells.get((arm.name, seed)), cells.get((study.reference, seed))
+                if cell is None or ref is None:
+                    continue
+                if arm.name == study.reference:
+                    reference.setdefault((key, seed), cell["target_distance"])
+                    continue
+                found.setdefault(
+                    (key, seed),
+                    Point(
+                        names[key],
+                        seed,
+                        cell["target_distance"],
+                        100 * (cell["no_answer_share"] - ref["no_answer_share"]),
+                        100 * (cell["passk"]["pass@1"] - ref["passk"]["pass@1"]),
+                    ),
+                )
+    return list(found.values()), {k: v for k, v in also.items() if v}, list(reference.values())
+
+
+def table(found: list[Point], also: dict[str, list[str]], reference: list[float]) -> str:
+    arms = list(dict.fromkeys(p.arm for p in found))
+    lines = [
+        "| arm | cells | distance to H* ≤ 0.25 | no answer within 1 point of GRPO | both | distance, min–max "
+        "| no answer − GRPO (points), min–max | pass@1 − GRPO (points), mean |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for arm in arms:
+        mine = [p for p in found if p.arm == arm]
+        name = " = ".join([arm, *also.get(arm, [])])
+        lines.append(
+            f"| {name} | {len(mine)} | {sum(p.on_target for p in mine)} | {sum(p.format_kept for p in mine)} | "
+            f"{sum(p.on_target and p.format_kept for p in mine)} | {_range([p.distance for p in mine], '.2f')} | "
+            f"{_range([p.no_answer_excess for p in mine], '+.1f')} | "
+            f"{statistics.fmean(p.pass1_diff for p in mine):+.1f} |"
+        )
+    near = [p for p in found if p.on_target]
+    both = [p for p in found if p.on_target and p.format_kept]
+    lines += [
+        "",
+        f"{len(found)} cells (arm × seed) in {len(arms)} arms; {len(near)} hold H* (distance ≤ {DISTANCE_BAR}), "
+        f"{len(both)} of them with the answer format kept (no answer within {FORMAT_BAR:g} point of GRPO's on the "
+        f"same seed){': ' + ', '.join(f'{p.arm} seed {p.seed}' for p in both) if both else ''}. GRPO's own "
+        f"{len(reference)} cells: distance {_range(reference, '.2f')}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _range(values: list[float], fmt: str) -> str:
+    if not values:
+        return "–"
+    low, high = min(values), max(values)
+    return f"{low:{fmt}}" if f"{low:{fmt}}" == f"{high:{fmt}}" else f"{low:{fmt}} – {high:{fmt}}"
+
+
+def plot(found: list[Point], reference: list[float], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 6))
+    low = min([*reference, *(p.distance for p in found), DISTANCE_BAR]) / 1.5
+    ax.fill_between([low, DISTANCE_BAR], -1, FORMAT_BAR, color="0.85", zorder=0, label="the bar: at H*, format kept")
+    ax.scatter(reference, [0.0] * len(reference), marker="|", s=200, color="0.4", label="GRPO (the reference)")
+    markers = "os^Dv<>Ph*Xp"
+    for i, arm in enumerate(dict.fromkeys(p.arm for p in found)):
+        mine = [p for p in found if p.arm == arm]
+        ax.scatter(
+            [p.distance for p in mine],
+            [p.no_answer_excess for p in mine],
+            marker=markers[i % len(markers)],
+            color=plt.get_cmap("tab20")(i % 20),
+            label=f"{arm} ({len(mine)})",
+        )
+    ax.axhline(FORMAT_BAR, color="k", ls="--", lw=1)
+    ax.axvline(DISTANCE_BAR, color="k", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_xlim(left=low)
+    ax.set_ylim(-1, 150)
+    ax.set_xlabel("distance to the target: median |H − H*| / H* over the second half of training (log)")
+    ax.set_ylabel("no answer, minus GRPO's on the same seed\n(points of held-out completions, symlog)")
+    ax.set_title("Every recorded cell: distance to the entropy target against the answer format")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("studies", nargs="+", help="study files (their study.json holds the cells)")
+    parser.add_argument("--docs", default=None, help="a page whose <!-- study:tradeoff --> block gets the table")
+    parser.add_argument("--figure", type=Path, default=None, help="where to draw the cells (PNG)")
+    args = parser.parse_args(argv)
+    studies = [load_study(p) for p in args.studies]
+    found, also, reference = points([s for s in studies if (s.records / "study.json").is_file()])
+    text = table(found, also, reference)
+    print(text)
+    if args.figure:
+        plot(found, reference, args.figure)
+    if args.docs:
+        replace_block(Path(args.docs), "tradeoff", text)
+    return text
+
+
+if __name__ == "__main__":
+    main()

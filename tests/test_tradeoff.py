@@ -1,0 +1,56 @@
+"""studies.tradeoff: every recorded cell by its distance to H* and its answers lost, from the studies' records."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aer_trl.studies import real_study, tradeoff
+from tests import helpers
+
+
+def _study_with_records(folder: Path, cells: dict[tuple[str, int], tuple[float, int]]):
+    """A study (arms grpo and fixed, seeds 0-1) whose cells have (second-half entropy, unmarked completions)."""
+    study = real_study.load_study(helpers.write_study(folder))
+    for (arm, seed), (entropy, unmarked) in cells.items():
+        helpers.fake_study_record(study, study.arm(arm), seed, 0.6, entropy, unmarked=unmarked)
+    real_study.tables(study)
+    return study
+
+
+def test_each_cell_is_placed_against_its_studys_reference_on_the_same_seed(tmp_path):
+    # H* = 0.2: `fixed` seed 0 sits on it (distance 0) and loses 30 of 1024 answers where GRPO lost 10 (+1.95
+    # points: out of the format bar); seed 1 is 25% above H* with GRPO's answers (in the format bar, off target)
+    study = _study_with_records(
+        tmp_path / "s",
+        {("grpo", 0): (0.07, 10), ("fixed", 0): (0.2, 30), ("grpo", 1): (0.07, 0), ("fixed", 1): (0.25, 0)},
+    )
+    found, also, reference = tradeoff.points([study])
+    by_seed = {p.seed: p for p in found}
+    assert [p.arm for p in found] == ["s/fixed", "s/fixed"] and not also
+    assert by_seed[0].distance == pytest.approx(0.0) and by_seed[0].no_answer_excess == pytest.approx(2000 / 1024)
+    assert by_seed[0].on_target and not by_seed[0].format_kept
+    assert by_seed[1].distance == pytest.approx(0.25) and by_seed[1].on_target and by_seed[1].format_kept
+    assert reference == pytest.approx([0.65, 0.65])
+    text = tradeoff.table(found, also, reference)
+    assert "| s/fixed | 2 | 2 | 1 | 1 |" in text
+    assert "2 hold H* (distance ≤ 0.25), 1 of them with the answer format kept" in text and "s/fixed seed 1" in text
+
+
+def test_an_arm_two_studies_train_alike_is_one_arm_and_each_seed_counts_once(tmp_path):
+    cells = {("grpo", 0): (0.07, 0), ("fixed", 0): (0.3, 0)}
+    first = _study_with_records(tmp_path / "a", cells)
+    second = _study_with_records(tmp_path / "b", cells)
+    found, also, reference = tradeoff.points([first, second])
+    assert [(p.arm, p.seed) for p in found] == [("a/fixed", 0)]
+    assert also == {"a/grpo": ["b/grpo"], "a/fixed": ["b/fixed"]} and len(reference) == 1
+    assert "| a/fixed = b/fixed | 1 |" in tradeoff.table(found, also, reference)
+
+
+def test_the_tradeoff_table_in_the_docs_regenerates_from_the_committed_records():
+    root = Path(__file__).resolve().parents[1]
+    studies = [str(p) for p in sorted((root / "results" / "real_llm").glob("*/study.yaml"))]
+    table = tradeoff.main(studies)
+    block = (root / "docs" / "real_llm.md").read_text().split("<!-- study:tradeoff -->\n", 1)[1]
+    assert block.split("<!-- /study:tradeoff -->", 1)[0] == table, "run make real-results"
+    assert json.loads((root / "results" / "real_llm" / "record" / "study.json").read_text())["cells"]
