@@ -34,7 +34,16 @@ def test_each_cell_is_placed_against_its_studys_reference_on_the_same_seed(tmp_p
     assert reference == pytest.approx([0.65, 0.65])
     text = tradeoff.table(found, also, reference)
     assert "| s/fixed | 2 | 2 | 1 | 1 |" in text
-    assert "2 hold H* (distance ≤ 0.25), 1 of them with the answer format kept" in text and "s/fixed seed 1" in text
+    assert "| s/fixed | 2 | 2 | 1 | 1 | 2 | 1 |" in text  # a constant entropy: its floor is 0, the bar decides
+    assert "2 hold H* by the bar (distance ≤ 0.25), 1 of them with the answer format kept" in text
+    assert "s/fixed seed 1" in text
+
+
+def test_a_cell_within_its_own_spread_of_h_star_counts_as_near_it_as_measurable():
+    # floor: the median |H − med H|/med H of the run itself; a distance under it is as near H* as the batches allow
+    assert tradeoff.Point("a", 0, distance=0.4, floor=0.45, no_answer_excess=0.0, pass1_diff=0.0).within_floor
+    assert not tradeoff.Point("a", 0, distance=0.4, floor=0.3, no_answer_excess=0.0, pass1_diff=0.0).within_floor
+    assert tradeoff.Point("a", 0, distance=0.2, floor=0.1, no_answer_excess=0.0, pass1_diff=0.0).within_floor
 
 
 def test_an_arm_two_studies_train_alike_is_one_arm_and_each_seed_counts_once(tmp_path):
