@@ -148,7 +148,7 @@ def plot(found: list[Point], reference: list[float], path: Path) -> Path:
             [p.distance for p in mine],
             [p.no_answer_excess for p in mine],
             marker=markers[i % len(markers)],
-            color=plt.get_cmap("tab20")(i % 20),
+            color=plt.get_cmap("tab20")((2 * i) % 20 + (2 * i // 20) % 2),  # the dark shades first
             label=f"{arm} ({len(mine)})",
         )
     ax.axhline(FORMAT_BAR, color="k", ls="--", lw=1)
