@@ -90,9 +90,9 @@ def points(studies: list[Study]) -> tuple[list[Point], dict[str, list[str]], lis
 def table(found: list[Point], also: dict[str, list[str]], reference: list[float]) -> str:
     arms = list(dict.fromkeys(p.arm for p in found))
     lines = [
-        "| arm | cells | distance to H* ≤ 0.25 | no answer within 1 point of GRPO | both | distance ≤ max(0.25, "
-        "its floor) | that and the format kept | distance, min–max | no answer − GRPO (points), min–max | pass@1 − "
-        "GRPO (points), mean |",
+        f"| arm | cells | distance to H* ≤ {DISTANCE_BAR} | no answer within {FORMAT_BAR:g} point of GRPO | both | "
+        f"distance ≤ max({DISTANCE_BAR}, its floor) | that and the format kept | distance, min–max | no answer − GRPO "
+        "(points), min–max | pass@1 − GRPO (points), mean |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm in arms:
