@@ -74,7 +74,9 @@ def convert_gguf(gguf: str | os.PathLike | None = None, output_dir: str | os.Pat
     config.quantization_config = None
     del config.quantization_config
     config.name_or_path = path.stem
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    # the class itself, not from_config: inside a ZeRO-3 launch (a recipe converts its default model after its
+    # TrainingArguments enabled ZeRO-3) from_config would build partitioned, empty parameters to load into
+    model = type(quantized)(config).to(torch.float32)
     model.load_state_dict(quantized.state_dict())
     model.generation_config = quantized.generation_config
     if tokenizer.eos_token_id is not None:
