@@ -90,3 +90,22 @@ def test_the_warm_start_leaves_no_cpu_only_device_choice_behind(tmp_path):
     cfg = WarmStartConfig(hidden_size=32, num_layers=2, num_heads=2, num_examples=64, epochs=1.0, batch_size=64)
     build_warm_start(cfg, cache_dir=tmp_path / "fresh", disable_tqdm=True, force=True)
     assert not PartialState._shared_state and not AcceleratorState._shared_state
+
+
+def test_the_warm_start_restores_a_device_choice_made_before_it(tmp_path):
+    """train_recipe parses the run's config (which picks the run's device) before the warm start: the warm start
+    must train on cpu anyway and hand the run's choice back untouched (on an H200 the lab recipe trained with the
+    accelerator on cpu and its batches on cuda). A 'meta' device stands for the GPU here: SFT would crash on it."""
+    import torch
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    PartialState()
+    PartialState._shared_state["device"] = torch.device("meta")  # the run's choice, as a GPU run would have made it
+    before = dict(PartialState._shared_state)
+    try:
+        cfg = WarmStartConfig(hidden_size=32, num_layers=2, num_heads=2, num_examples=64, epochs=1.0, batch_size=64)
+        build_warm_start(cfg, cache_dir=tmp_path / "after_run_config", disable_tqdm=True, force=True)
+        assert PartialState._shared_state == before and not AcceleratorState._shared_state
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)

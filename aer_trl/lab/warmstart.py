@@ -75,7 +75,11 @@ def build_warm_start(
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: concurrent first runs never collide
     from accelerate.state import AcceleratorState, PartialState
 
-    fresh_state = not PartialState._shared_state  # nothing in this process has chosen a device yet
+    # accelerate keeps its device choice process-wide (shared state): the warm start's use_cpu=True must neither
+    # inherit the run's choice nor leave its own behind (a GPU run that parsed its config first, as train_recipe
+    # does, otherwise trained with the accelerator on cpu and its batches on cuda: seen on an H200)
+    saved = {cls: dict(cls._shared_state) for cls in (PartialState, AcceleratorState)}
+    AcceleratorState._reset_state(reset_partial_state=True)
     args = SFTConfig(
         output_dir=str(tmp),
         use_cpu=True,
@@ -98,11 +102,9 @@ def build_warm_start(
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
         trainer.train()
     finally:
-        if fresh_state:
-            # the warm start runs on CPU (use_cpu=True), and accelerate keeps that choice process-wide: reset it so
-            # the RL run that follows in this process picks its own device (a GPU run otherwise crashes with the
-            # model on cuda and the accelerator on cpu)
-            AcceleratorState._reset_state(reset_partial_state=True)
+        AcceleratorState._reset_state(reset_partial_state=True)
+        for cls, state in saved.items():
+            cls._shared_state.update(state)
     trainer.model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / "lab_meta.json").write_text(json.dumps({"warm_start": asdict(config)}, indent=2))
