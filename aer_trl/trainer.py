@@ -469,7 +469,7 @@ class AERGRPOTrainer(GRPOTrainer):
         unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
         if unique.size(0) == input_ids.size(0):
             return None
-        config = getattr(model, "config", None) or self.model.config
+        config = self.accelerator.unwrap_model(model).config  # a DeepSpeed engine's `.config` is its JSON dict
         cache_name = cache_kwarg(model)  # `cache`, or `past_key_values` before transformers renamed it
         with self.accelerator.autocast():
             cache = prefill(model, unique[:, :width], unique[:, width:], inverse, config=config)

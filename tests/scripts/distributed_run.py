@@ -32,6 +32,11 @@ class RecordingTrainer(AERGRPOTrainer):
         )
         return output
 
+    def _shared_prompt_logps(self, *args, **kwargs):
+        out = super()._shared_prompt_logps(*args, **kwargs)
+        self.shared_forwards = getattr(self, "shared_forwards", 0) + (out is not None)
+        return out
+
     def _calculate_rewards(self, *args, **kwargs):
         rewards = super()._calculate_rewards(*args, **kwargs)
         self._recorded_rewards = rewards[:, 0].tolist()
@@ -46,6 +51,7 @@ def main():
     parser.add_argument("--eval_bench", default=None, help="also validate every step with PassAtKCallback")
     parser.add_argument("--use_cpu", default="true", help="'false' on a GPU (tests/test_gpu.py)")
     parser.add_argument("--bf16", default="false")
+    parser.add_argument("--share_prompt_forward", default="false", help="'true': each rank's shared prompt once")
     cli = parser.parse_args()
     passk = None
     if cli.eval_bench:
@@ -56,7 +62,8 @@ def main():
     tokenizer = helpers.make_tokenizer()
     args = helpers.make_config(
         cli.output_dir,
-        per_device_train_batch_size=2,  # 2 completions per rank, groups of 4: every group spans both ranks
+        # groups of 4: with 2 ranks, 2 completions each and every group spans both; with 1 (a GPU test), all 4
+        per_device_train_batch_size=4 // int(os.environ.get("WORLD_SIZE", "1")),
         num_generations=4,
         max_steps=cli.max_steps,
         aer_rho=1.0,  # λ = α (1 - g): g can be read back from λ
@@ -67,6 +74,7 @@ def main():
         save_steps=cli.save_steps or 500,
         use_cpu=cli.use_cpu.lower() == "true",
         bf16=cli.bf16.lower() == "true",
+        share_prompt_forward=cli.share_prompt_forward.lower() == "true",
     )
     trainer = RecordingTrainer(
         model=helpers.make_model(tokenizer, hidden_size=64),
@@ -89,6 +97,7 @@ def main():
         "world_size": trainer.accelerator.num_processes,
         "deepspeed": trainer.is_deepspeed_enabled,
         "sharded": sharded,
+        "shared_forwards": getattr(trainer, "shared_forwards", 0),  # micro-batches through the shared prompt path
         "rollouts": trainer.rollouts,
         "history": trainer.aer_callback.controller.history,
         "initial_entropy": trainer.aer_callback.initial_entropy,
