@@ -70,7 +70,8 @@ def test_evaluation_harness_on_cuda(tmp_path):
 
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("deepspeed"), reason="needs deepspeed")
 def test_deepspeed_zero3_on_one_gpu(tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # carried packages too
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=pythonpath)
     cmd = [
         sys.executable,
         "-m",
