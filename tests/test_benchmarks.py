@@ -1,6 +1,7 @@
 """The benchmark scripts keep working (quick mode). No timing is asserted: figures are printed, not tested."""
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -110,3 +111,23 @@ def test_lab_ablation_studies_share_runs_and_sweep_values_win(tmp_path, monkeypa
         lab_ablation.run_cell("rho", "aer_rho0.5", "aer", ["--aer_rho", "0.5"], 0, args, held_out=None)
     overrides = calls[0][1]
     assert overrides[overrides.index("--aer_rho", overrides.index("0.9")) + 1] == "0.5"  # the sweep's value last
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_gpu_smoke_runs_every_part_in_its_cpu_mode(tmp_path):
+    """`make gpu-smoke` cannot rot before a GPU is lent: its CPU mode runs every part small, and each verdict is
+    read from what the part left (the recipe's checkpoint and validation, the shared path really taken)."""
+    import gpu_smoke
+
+    report = gpu_smoke.main(["--cpu", "--json", str(tmp_path / "smoke.json"), "--output_dir", str(tmp_path / "out")])
+    assert report["failed"] == [] and json.loads((tmp_path / "smoke.json").read_text())["mode"] == "cpu"
+    assert report["tests"]["ok"] and report["tests"]["skipped"] == report["tests"]["tests"] > 0  # no GPU here
+    on, off = [[r for r in report["share"]["rows"] if f"shared prompt {x}" in r["shape"]] for x in ("on", "off")]
+    assert on and off and all(r["shared_path_ran"] for r in on) and not any(r["shared_path_ran"] for r in off)
+    recipe = report["recipe"]
+    assert recipe["checkpoints"] == ["checkpoint-2"] and recipe["model_card"] and not recipe["zero3"]
+    assert [v["step"] for v in recipe["validation"]] == [2] and recipe["best_checkpoint"]["step"] == 2
+    assert report["eval"]["harness_over_plain"] > 0
+    if importlib.util.find_spec("vllm") is None:
+        assert report["vllm"]["ok"] is None and "not installed" in report["vllm"]["skipped"]

