@@ -30,6 +30,9 @@ class AERCallback(TrainerCallback, ExportableState):
         anchor_rollouts: int = 1,
         step: str = "sign",
         target_entropy: float | None = None,  # the former spelling of absolute_target (checkpoints before 0.2)
+        kp: float = 0.1,
+        ki: float = 0.02,
+        gate: bool = False,
     ):
         absolute_target = target_entropy if absolute_target is None else absolute_target
         self.controller = AERController(
@@ -41,6 +44,9 @@ class AERCallback(TrainerCallback, ExportableState):
             adaptive=adaptive,
             anchor_rollouts=anchor_rollouts,
             step=step,
+            kp=kp,
+            ki=ki,
+            gate=gate,
         )
         self._init_args = {
             "tau": tau,
@@ -51,6 +57,9 @@ class AERCallback(TrainerCallback, ExportableState):
             "adaptive": adaptive,
             "anchor_rollouts": anchor_rollouts,
             "step": step,
+            "kp": kp,
+            "ki": ki,
+            "gate": gate,
         }
         self.pending_entropy: float | None = None
         # the run's settings (AERConfig.run_settings), set by the trainer and saved with the state, so that a resume
@@ -68,12 +77,16 @@ class AERCallback(TrainerCallback, ExportableState):
             adaptive=args.aer_adaptive,
             anchor_rollouts=getattr(args, "aer_anchor_rollouts", 1),
             step=getattr(args, "aer_step", "sign"),
+            kp=getattr(args, "aer_pi_kp", 0.1),
+            ki=getattr(args, "aer_pi_ki", 0.02),
+            gate=getattr(args, "aer_gate", False),
         )
 
     # -- read by the trainer ------------------------------------------------------------------------------------
     @property
     def alpha(self) -> float:
-        return self.controller.alpha
+        """The α the trainer applies: the controller's, or 0 while its gate is shut (`aer_gate`)."""
+        return self.controller.applied_alpha
 
     @property
     def initial_entropy(self) -> float | None:

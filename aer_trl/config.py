@@ -187,7 +187,25 @@ class AERConfig(GRPOConfig):
         metadata={
             "help": "C3's step. 'sign': α_{t+1} = [α_t + η·sgn(H* − H_t)]_+ (the paper). 'proportional': "
             "α_{t+1} = [α_t + η·(H* − H_t)/H*]_+, at most η up below the target and down in proportion to the "
-            "overshoot above it (ours, method aer_prop, docs/methods.md)."
+            "overshoot above it (ours, method aer_prop, docs/methods.md). 'pi': α_t = clip(kp·e_t + ki·Σe, 0, "
+            "aer_alpha_max) with e_t = (H* − H_t)/H* and a frozen integral while saturated (ours, method aer_pi; "
+            "aer_pi_kp, aer_pi_ki; aer_eta unused)."
+        },
+    )
+    aer_pi_kp: float = field(
+        default=0.1,
+        metadata={"help": "Proportional gain of aer_step='pi' (α per unit of relative entropy error)."},
+    )
+    aer_pi_ki: float = field(
+        default=0.02,
+        metadata={"help": "Integral gain of aer_step='pi' (α per unit of accumulated relative error)."},
+    )
+    aer_gate: bool = field(
+        default=False,
+        metadata={
+            "help": "No entropy bonus for a rollout batch while the last measured entropy is at or above H* (α "
+            "applied = 0; the controller's own α moves on). Skywork-OR1's and TRL's adaptive-entropy safeguard; "
+            "ours for AER, method aer_pi sets it (docs/methods.md)."
         },
     )
     aer_bonus_cap: float | None = field(
@@ -415,6 +433,9 @@ class AERConfig(GRPOConfig):
             )
         if self.aer_step not in STEPS:
             raise ValueError(f"aer_step must be one of {STEPS}, got {self.aer_step!r}")
+        for name in ("aer_pi_kp", "aer_pi_ki"):
+            if finite(name, getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.aer_bonus_cap is not None and finite("aer_bonus_cap", self.aer_bonus_cap) <= 0:
             raise ValueError(f"aer_bonus_cap must be > 0 or None, got {self.aer_bonus_cap}")
         if not 0 < finite("aer_bonus_quantile", self.aer_bonus_quantile) <= 1:
