@@ -30,3 +30,12 @@ def test_notebook_runs(path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     execute(path, timeout=600)  # per cell: a hang guard, not a speed target (load can slow a healthy run)
+
+
+def test_notebooks_go_offline_only_in_test_mode():
+    """A user's full run downloads its model and may push to the Hub: HF_HUB_OFFLINE is set under TEST only."""
+    import json
+
+    for path in NOTEBOOKS:
+        setup = "".join(json.loads(path.read_text())["cells"][1]["source"])
+        assert 'if TEST:  # offline only in test mode' in setup and setup.count("HF_HUB_OFFLINE") == 1, path.name
