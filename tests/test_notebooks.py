@@ -38,4 +38,4 @@ def test_notebooks_go_offline_only_in_test_mode():
 
     for path in NOTEBOOKS:
         setup = "".join(json.loads(path.read_text())["cells"][1]["source"])
-        assert 'if TEST:  # offline only in test mode' in setup and setup.count("HF_HUB_OFFLINE") == 1, path.name
+        assert "if TEST:  # offline only in test mode" in setup and setup.count("HF_HUB_OFFLINE") == 1, path.name

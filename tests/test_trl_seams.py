@@ -1,0 +1,169 @@
+"""The seam between aer_trl and TRL/transformers: every private method we override or call and every private member
+we read, by presence and signature, and each contract nobody wrote down, pinned by a test that fails when TRL
+changes it. TRL changes private methods in minor releases: when one of these fails, the seam moved (run
+`make test-trl-latest` to see which against the newest TRL)."""
+
+import inspect
+
+import pytest
+import torch
+import transformers
+import trl
+from trl import GRPOTrainer
+from trl.trainer import grpo_trainer
+from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
+
+from aer_trl import AERGRPOTrainer
+from tests import helpers
+
+
+def params(fn) -> list[str]:
+    return [p for p in inspect.signature(fn).parameters if p not in ("self", "args", "kwargs")]
+
+
+def overrides() -> list[str]:
+    """The private methods AERGRPOTrainer defines that a base class (TRL's or transformers') also defines."""
+    ours = {n for n, v in vars(AERGRPOTrainer).items() if callable(v) and n.startswith("_") and not n.startswith("__")}
+    return sorted(n for n in ours if any(n in vars(base) for base in AERGRPOTrainer.__mro__[1:]))
+
+
+def test_the_private_methods_we_override_are_the_ones_we_know():
+    """A new override is a new seam: it belongs in this file first."""
+    assert overrides() == [
+        "_calculate_rewards",
+        "_generate_and_score_completions",
+        "_generate_single_turn",
+        "_get_per_token_logps_and_entropies",
+        "_load_callback_state",
+    ]
+
+
+@pytest.mark.parametrize("name", overrides())
+def test_each_override_accepts_what_the_base_passes(name):
+    """Our override takes the base method's parameters by the same names, in the same order (TRL calls some of them
+    positionally); a parameter TRL adds or renames fails here, not silently at run time."""
+    base = next(vars(b)[name] for b in AERGRPOTrainer.__mro__[1:] if name in vars(b))
+    ours = vars(AERGRPOTrainer)[name]
+    base_params, our_params = params(base), params(ours)
+    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(ours).parameters.values())
+    if takes_kwargs and not our_params:  # (*args, **kwargs): forwards everything to TRL
+        return
+    assert our_params[: len(base_params)] == base_params or (
+        takes_kwargs and base_params[: len(our_params)] == our_params
+    ), (base_params, our_params)
+
+
+def test_the_logps_method_takes_only_keywords_the_shared_prompt_path_knows():
+    """The shared prompt forward keeps an allow-list of TRL's keywords: a keyword TRL adds must be classified there
+    (shared, or TRL's own forward) before it can pass."""
+    base = params(GRPOTrainer._get_per_token_logps_and_entropies)
+    assert base[:6] == ["model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy"]
+    assert set(base[6:]) <= AERGRPOTrainer._SHARED_PROMPT_KNOWN, set(base[6:]) - AERGRPOTrainer._SHARED_PROMPT_KNOWN
+
+
+def test_methods_and_helpers_we_call_exist_with_the_shapes_we_use():
+    assert params(GRPOTrainer._generate) == ["prompts"]
+    # we take [:3] of _generate's tuple as (prompt_ids, completion_ids, tool_mask)
+    assert "return prompt_ids, completion_ids, tool_mask," in inspect.getsource(GRPOTrainer._generate)
+    assert params(transformers.Trainer._load_callback_state) == []
+    assert params(GRPOTrainer.compute_loss)[:4] == ["model", "inputs", "return_outputs", "num_items_in_batch"]
+    assert params(GRPOTrainer.log) == ["logs", "start_time"]
+    assert params(GRPOTrainer._calculate_rewards) == ["inputs", "prompts", "completions", "completion_ids_list"]
+    assert isinstance(GRPOTrainer._tag_names, list) and isinstance(GRPOTrainer._name, str)
+    # TRL's generation path we mirror in the shared rollout: the same helpers by the same names
+    assert callable(grpo_trainer.unwrap_model_for_generation)
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    tokenizer = helpers.make_tokenizer()
+    args = helpers.make_config(tmp_path_factory.mktemp("seams"), max_steps=1)
+    return helpers.make_trainer(tokenizer, args)
+
+
+def test_the_private_members_we_read_exist_on_a_trainer(trainer):
+    assert set(trainer._metrics) >= {"train", "eval"}
+    trainer._metrics["train"]["seam/probe"].append(1.0)  # a defaultdict(list): a new key appends
+    assert trainer._metrics["train"].pop("seam/probe") == [1.0]
+    assert isinstance(trainer._step, int)
+    assert trainer._tokenizer.pad_token_id is not None
+    assert callable(trainer._dist.summon_full_params)
+
+
+def batch(trainer, rows=4, prompt=3, completion=5):
+    g = torch.Generator().manual_seed(0)
+    vocab = trainer.model.config.vocab_size
+    return {
+        "prompt_ids": torch.randint(3, vocab, (rows, prompt), generator=g),
+        "prompt_mask": torch.ones(rows, prompt, dtype=torch.long),
+        "completion_ids": torch.randint(3, vocab, (rows, completion), generator=g),
+        "completion_mask": torch.ones(rows, completion, dtype=torch.long),
+        "advantages": torch.linspace(-1, 1, rows),
+        "num_items_in_batch": torch.tensor(float(rows * completion)),
+    }
+
+
+def test_trl_computes_the_logps_before_it_reads_the_advantages(trainer, monkeypatch):
+    """AER's token methods rewrite the advantages inside the log-prob hook (they need the entropies): TRL must call
+    `_get_per_token_logps_and_entropies` before it reads `inputs["advantages"]` from the same dict."""
+    events = []
+
+    class Recording(dict):
+        def __getitem__(self, key):
+            if key == "advantages":
+                events.append("advantages")
+            return super().__getitem__(key)
+
+    original = type(trainer)._get_per_token_logps_and_entropies
+
+    def hook(self, *args, **kwargs):
+        events.append("logps")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(trainer), "_get_per_token_logps_and_entropies", hook)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # what Trainer.train() sets before the first step
+    GRPOTrainer._compute_loss(trainer, trainer.model, Recording(batch(trainer)))
+    assert "advantages" in events and events.index("logps") < events.index("advantages")
+
+
+def test_trl_shuffles_and_splits_keys_it_does_not_know_row_aligned():
+    """`aer_lambda` (one float per completion, on the host) travels through TRL's shuffle and split: every key,
+    known or not, is permuted with the same rows and split the same way; and TRL's trainer uses these two helpers."""
+    rows = 8
+    data = {"completion_ids": torch.arange(rows).unsqueeze(1) * 10, "aer_lambda": torch.arange(rows).float()}
+    torch.manual_seed(0)
+    shuffled = shuffle_sequence_dict(data)
+    assert torch.equal(shuffled["completion_ids"][:, 0], shuffled["aer_lambda"].long() * 10)
+    assert not torch.equal(shuffled["aer_lambda"], data["aer_lambda"])
+    parts = split_tensor_dict(shuffled, 4)
+    assert len(parts) == 4 and all(torch.equal(p["completion_ids"][:, 0], p["aer_lambda"].long() * 10) for p in parts)
+    source = inspect.getsource(GRPOTrainer._prepare_inputs)
+    assert "shuffle_sequence_dict(generation_batch)" in source and "split_tensor_dict(generation_batch" in source
+
+
+def test_trl_reads_the_entropy_target_from_args_at_every_step():
+    """`entropy_target_ratio` (method skywork) sets `args.entropy_target` after the first rollout batch: TRL must read
+    it from `self.args` when it applies its adaptive entropy bonus, not from a copy taken at construction."""
+    source = inspect.getsource(GRPOTrainer._compute_loss)
+    assert "self.args.entropy_target" in source
+    assert "self.entropy_target" not in inspect.getsource(GRPOTrainer.__init__)
+
+
+def test_the_shared_prompt_path_refuses_a_keyword_it_does_not_know(trainer):
+    b = batch(trainer)
+    ids = torch.cat([b["prompt_ids"][:1].repeat(4, 1), b["completion_ids"]], dim=1)
+    mask = torch.ones_like(ids)
+    with pytest.raises(ValueError, match=r"share_prompt_forward: TRL passed \['future_kwarg'\]"):
+        trainer._shared_prompt_logps(trainer.model, ids, mask, 5, future_kwarg=None)
+    # the multimodal ones it knows send the batch to TRL's forward
+    assert trainer._shared_prompt_logps(trainer.model, ids, mask, 5, pixel_values=torch.zeros(1)) is None
+
+
+def test_the_trl_range_we_declare_contains_the_trl_we_test():
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    spec = next(Requirement(r) for r in requires("aer-trl") if Requirement(r).name == "trl")
+    assert trl.__version__ in spec.specifier, (trl.__version__, str(spec.specifier))
