@@ -201,7 +201,7 @@ def test_committed_studies_load_and_their_records_match_their_settings():
     """Every study under results/real_llm/ parses, and every record in it was made with the settings it states."""
     root = Path(__file__).resolve().parents[1] / "results" / "real_llm"
     paths = sorted(root.glob("*/study.yaml"))
-    assert len(paths) >= 6, paths  # a moved folder must not leave this test checking nothing
+    assert len(paths) >= 5, paths  # a moved folder must not leave this test checking nothing
     for path in paths:
         study = real_study.load_study(path)
         for arm in study.arms:
@@ -218,7 +218,7 @@ def test_every_committed_study_table_regenerates_from_its_records_and_is_the_one
     docs = (root / "docs" / "real_llm.md").read_text()
     shutil.copytree(root / "results" / "real_llm" / "recipes", tmp_path / "recipes")  # the studies' frozen recipes
     paths = sorted((root / "results" / "real_llm").glob("*/study.yaml"))
-    assert sum((p.parent / "study.md").is_file() for p in paths) >= 6, paths  # never vacuous
+    assert sum((p.parent / "study.md").is_file() for p in paths) >= 5, paths  # never vacuous
     for path in paths:
         if not (path.parent / "study.md").is_file():
             continue
