@@ -24,3 +24,19 @@ def recipe_path(setting: str, name: str) -> Path:
         known = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise FileNotFoundError(f"no recipe {name!r} for {setting!r} in {path.parent}; known: {known}")
     return path
+
+
+def resolve_recipe(config: str) -> str:
+    """A `--config` value as given, or, where no such file exists, the shipped recipe it names: `lab/aer`,
+    `qwen3_4b_base/deepscaler/aer.yaml` or `recipes/qwen3_4b_base/deepscaler/aer.yaml` (as the docs write it), so
+    the documented commands run from an installed wheel in any folder."""
+    if Path(config).is_file():
+        return config
+    name = config.removeprefix("recipes/").removesuffix(".yaml")
+    setting, _, stem = name.rpartition("/")
+    try:
+        return str(recipe_path(setting, stem))
+    except FileNotFoundError as e:
+        raise FileNotFoundError(
+            f"--config {config!r}: no such file, and no shipped recipe of that name ({e})"
+        ) from None

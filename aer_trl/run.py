@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from .resources import recipe_path
+from .resources import recipe_path, resolve_recipe
 from .training import parse_recipe, train
 
 
@@ -28,6 +28,11 @@ def main(argv=None):
         default = recipe_path("lab", "aer")
         print(f"no --config, model or data given: running the laptop lab recipe {default}")
         argv = ["--config", str(default), *argv]
+    for i, arg in enumerate(argv):  # a shipped recipe by name where no such file exists (an installed wheel)
+        if arg == "--config" and i + 1 < len(argv):
+            argv[i + 1] = resolve_recipe(argv[i + 1])
+        elif arg.startswith("--config="):
+            argv[i] = "--config=" + resolve_recipe(arg.split("=", 1)[1])
     script_args, training_args, model_args = parse_recipe(argv)
     return train(script_args, training_args, model_args)
 
