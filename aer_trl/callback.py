@@ -7,6 +7,7 @@ import warnings
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
+from .config import rollout_steps
 from .controller import AERController
 
 
@@ -122,13 +123,8 @@ class AERCallback(TrainerCallback, ExportableState):
         # optimizer steps and α moves once at its end. Saves inside a rollout batch come only from the end of
         # training (save_steps is aligned in AERConfig): that one is not written (the final model still is, by
         # save_model), so resuming picks the last checkpoint at a rollout boundary and replays the rest exactly.
-        per_rollout = args.steps_per_generation * args.num_iterations
-        if (
-            control.should_save
-            and getattr(args, "aer_enabled", True)
-            and per_rollout % args.gradient_accumulation_steps == 0
-            and state.global_step % (per_rollout // args.gradient_accumulation_steps)
-        ):
+        steps = rollout_steps(args)
+        if control.should_save and getattr(args, "aer_enabled", True) and steps and state.global_step % steps:
             control.should_save = False
             warnings.warn(
                 f"step {state.global_step} ends inside a rollout batch: no checkpoint is written here (it could not "

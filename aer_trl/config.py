@@ -28,6 +28,16 @@ _BOOKKEEPING = re.compile(
 )
 
 
+def rollout_steps(args) -> int | None:
+    """Optimizer steps per rollout batch, `steps_per_generation × num_iterations / gradient_accumulation_steps`, or
+    None where a rollout batch ends inside an optimizer step (TRL's own geometry: no boundary to align to). The one
+    place this is computed: saves, checkpoints and validation all align to it."""
+    per_rollout = args.steps_per_generation * args.num_iterations
+    if per_rollout % args.gradient_accumulation_steps:
+        return None
+    return per_rollout // args.gradient_accumulation_steps
+
+
 def settings_changes(saved: dict, current: dict) -> dict[str, tuple]:
     """field -> (saved value, current value) for every field both sets know and that differs."""
     return {k: (saved[k], current[k]) for k in sorted(saved.keys() & current.keys()) if saved[k] != current[k]}
@@ -266,10 +276,9 @@ class AERConfig(GRPOConfig):
         optimizer steps per rollout batch, with a warning that says so (docs/design.md §2)."""
         if not self.aer_enabled:
             return  # TRL's methods keep TRL's checkpointing as the user set it
-        per_rollout = self.steps_per_generation * self.num_iterations
-        if per_rollout % self.gradient_accumulation_steps:
+        steps = rollout_steps(self)
+        if steps is None:
             return  # a rollout batch ends mid optimizer step: TRL's own geometry, nothing to align to
-        steps = per_rollout // self.gradient_accumulation_steps
         if steps > 1 and self.max_steps > 0 and self.max_steps % steps:
             logger.warning(
                 "max_steps=%d ends inside a rollout batch (%d optimizer steps each): the last batch's α update never "

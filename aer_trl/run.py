@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 
+from .logs import configure_logging
 from .resources import recipe_path, resolve_recipe
 from .training import parse_recipe, train
 
@@ -34,6 +35,7 @@ def main(argv=None):
         elif arg.startswith("--config="):
             argv[i] = "--config=" + resolve_recipe(arg.split("=", 1)[1])
     script_args, training_args, model_args = parse_recipe(argv)
+    configure_logging(training_args)
     return train(script_args, training_args, model_args)
 
 

@@ -39,3 +39,17 @@ def test_a_shipped_recipe_runs_by_name_from_any_folder(tmp_path, monkeypatch):
     )
     with pytest.raises(FileNotFoundError, match="no such file, and no shipped recipe"):
         resolve_recipe("recipes/lab/nope.yaml")
+
+
+def test_the_command_line_logs_the_packages_info_lines(tmp_path, monkeypatch):
+    """Entry points configure logging as transformers' example scripts do: the package's INFO lines are shown."""
+    import logging
+
+    import aer_trl.run
+
+    monkeypatch.setattr(aer_trl.run, "train", lambda s, t, m: None)
+    logging.getLogger("aer_trl").setLevel(logging.NOTSET)
+    aer_trl.run.main(["--output_dir", str(tmp_path)])
+    assert logging.getLogger("aer_trl").getEffectiveLevel() == logging.INFO
+    aer_trl.run.main(["--output_dir", str(tmp_path), "--log_level", "error"])
+    assert logging.getLogger("aer_trl").getEffectiveLevel() == logging.ERROR

@@ -9,10 +9,12 @@ from pathlib import Path
 def main(argv=None) -> dict:
     from trl import TrlParser
 
+    from ..logs import configure_logging
     from .args import EvalArguments
     from .harness import evaluate
 
     (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=argv)
+    configure_logging()
     metrics = evaluate(args)
     print((Path(args.output_dir) / "table.md").read_text())
     return metrics

@@ -10,6 +10,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
+from ..config import rollout_steps
 from ..io import atomic_write
 from ..prompts import prompt_settings
 from .args import EvalArguments
@@ -90,9 +91,8 @@ class PassAtKCallback(TrainerCallback, ExportableState):
             self.best_step, self.best_pass_at_1 = state.best_global_step, state.best_metric
         if args.save_strategy == "no":
             raise ValueError("PassAtKCallback (eval_benchmark) saves the best checkpoint: set save_strategy 'steps'")
-        per_rollout = args.steps_per_generation * args.num_iterations
-        if getattr(args, "aer_enabled", False) and per_rollout % args.gradient_accumulation_steps == 0:
-            steps = per_rollout // args.gradient_accumulation_steps
+        steps = rollout_steps(args)
+        if getattr(args, "aer_enabled", False) and steps:
             if self.eval_steps % steps:
                 # AERCallback vetoes a checkpoint inside a rollout batch: the best one would never be written
                 raise ValueError(
