@@ -1,11 +1,12 @@
-"""Intervals over seeds, shared by the studies (lab ablations, the real-LLM study)."""
+"""Intervals over seeds and the batch-to-batch noise of a run, shared by the studies (lab ablations, the real-LLM
+study)."""
 
 from __future__ import annotations
 
 import math
 import statistics
 
-__all__ = ["T975", "interval"]
+__all__ = ["T975", "interval", "batch_noise"]
 
 # two-sided 95% quantiles of Student's t by degrees of freedom
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -22,3 +23,23 @@ def interval(values: list[float]) -> tuple[float, float]:
         return mean, float("nan")
     t = T975.get(len(values) - 1, 2.0)
     return mean, t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def batch_noise(values: list[float], window: int = 5, start: int = 0) -> float:
+    """How much one measurement moves around the run's local level, relative to it, drift excluded: the median of
+    |x_t − m_t| / m_t over the points t ≥ `start` with a full centred `window` (m_t, their moving average), scaled by
+    1/sqrt(1 − 1/window) (x_t is one of the points averaged, which shrinks white noise's residual by that factor).
+    For white noise around a level this estimates the median |x − level|/level that a controller holding the level
+    exactly would score; a slow drift, which the spread around the run's overall median counts, is left out.
+    nan with no such point."""
+    if window < 3 or window % 2 == 0:
+        raise ValueError(f"window must be an odd number >= 3, got {window}")
+    half = window // 2
+    residuals = []
+    for t in range(max(start, half), len(values) - half):
+        level = statistics.fmean(values[t - half : t + half + 1])
+        if level:
+            residuals.append(abs(values[t] - level) / level)
+    if not residuals:
+        return float("nan")
+    return statistics.median(residuals) / math.sqrt(1 - 1 / window)

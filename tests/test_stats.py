@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from aer_trl.stats import interval
 
 
@@ -15,3 +17,18 @@ def test_one_seed_has_no_interval_and_a_nan_run_is_not_averaged_away():
     assert mean == 0.5 and math.isnan(half)
     assert all(math.isnan(v) for v in interval([1.0, float("nan"), 2.0]))
     assert all(math.isnan(v) for v in interval([]))
+
+
+def test_batch_noise_hand_computed_and_blind_to_drift():
+    from aer_trl.stats import batch_noise
+
+    # alternating 0.9, 1.1 around 1: every centred 5-window averages 0.98 or 1.02; residuals 0.08/0.98 and
+    # 0.08/1.02, median of [0.0816, 0.0784, 0.0816] = 0.0816..., times 1/sqrt(0.8)
+    values = [0.9, 1.1, 0.9, 1.1, 0.9, 1.1, 0.9]
+    assert batch_noise(values) == pytest.approx((0.08 / 0.98) / math.sqrt(0.8))
+    # a straight ramp has no noise, whatever its drift (the spread around its median would be large)
+    assert batch_noise([1 + 0.1 * t for t in range(20)]) == pytest.approx(0.0, abs=1e-12)
+    assert batch_noise([1.0, 2.0]) != batch_noise([1.0, 2.0])  # nan: no full window
+    assert batch_noise(values, start=3) == pytest.approx(0.5 * (0.08 / 1.02 + 0.08 / 0.98) / math.sqrt(0.8))
+    with pytest.raises(ValueError, match="odd"):
+        batch_noise(values, window=4)

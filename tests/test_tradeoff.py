@@ -46,6 +46,16 @@ def test_a_cell_within_its_own_spread_of_h_star_counts_as_near_it_as_measurable(
     assert tradeoff.Point("a", 0, distance=0.2, floor=0.1, no_answer_excess=0.0, pass1_diff=0.0).within_floor
 
 
+def test_noise_not_drift_is_the_yardstick_for_within_its_own_noise():
+    """A drifting run has a wide spread around its own median (the floor) but little batch-to-batch noise: it is not
+    'at H* within its noise' for drifting."""
+    drifting = tradeoff.Point("a", 0, distance=0.4, floor=0.45, no_answer_excess=0.0, pass1_diff=0.0, noise=0.1)
+    assert drifting.within_floor and not drifting.within_noise
+    noisy = tradeoff.Point("a", 0, distance=0.4, floor=0.45, no_answer_excess=0.0, pass1_diff=0.0, noise=0.42)
+    assert noisy.within_noise
+    assert tradeoff.noise({"curves": {"entropy": [[t, 1 + 0.01 * t] for t in range(1, 61)]}}) < 1e-9  # a ramp
+
+
 def test_an_arm_two_studies_train_alike_is_one_arm_and_each_seed_counts_once(tmp_path):
     cells = {("grpo", 0): (0.07, 0), ("fixed", 0): (0.3, 0)}
     first = _study_with_records(tmp_path / "a", cells)

@@ -18,6 +18,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..stats import batch_noise
 from .real_study import Study, load_study, replace_block, settings_hash
 
 DISTANCE_BAR = 0.25  # median |H − H*|/H* over the second half
@@ -29,10 +30,11 @@ class Point:
     arm: str  # "study/arm" of the first study that names these settings (others: `also`)
     seed: int
     distance: float
-    floor: float  # the same statistic around the run's own median entropy: what its batch-to-batch spread allows
+    floor: float  # the same statistic around the run's own median entropy: batch-to-batch noise AND drift
     no_answer_excess: float  # points over the reference arm on the same seed
     pass1_diff: float  # points of held-out pass@1 over the reference arm on the same seed
     source: str = ""  # "study/arm" whose record this seed's cell is (the first study holding it)
+    noise: float = float("nan")  # batch-to-batch noise alone, drift excluded (stats.batch_noise, second half)
 
     @property
     def on_target(self) -> bool:
@@ -42,6 +44,12 @@ class Point:
     def within_floor(self) -> bool:
         """At H* as nearly as the run's own spread lets a controller be: distance ≤ max(bar, floor)."""
         return self.distance <= max(DISTANCE_BAR, self.floor)
+
+    @property
+    def within_noise(self) -> bool:
+        """At H* within what the measurement's own noise allows: distance ≤ max(bar, noise). The yardstick; the floor
+        above also counts a run's drift, so a drifting run would pass it for drifting."""
+        return self.distance <= max(DISTANCE_BAR, self.noise if self.noise == self.noise else 0.0)
 
     @property
     def format_kept(self) -> bool:
@@ -82,33 +90,42 @@ def points(studies: list[Study]) -> tuple[list[Point], dict[str, list[str]], lis
                         100 * (cell["no_answer_share"] - ref["no_answer_share"]),
                         100 * (cell["passk"]["pass@1"] - ref["passk"]["pass@1"]),
                         label,
+                        noise(cell),
                     ),
                 )
     return list(found.values()), {k: v for k, v in also.items() if v}, list(reference.values())
+
+
+def noise(cell: dict) -> float:
+    """The cell's batch-to-batch entropy noise over the second half of training (where its distance is measured)."""
+    entropy = [h for _, h in cell["curves"]["entropy"]]
+    return batch_noise(entropy, start=len(entropy) // 2)
 
 
 def table(found: list[Point], also: dict[str, list[str]], reference: list[float]) -> str:
     arms = list(dict.fromkeys(p.arm for p in found))
     lines = [
         f"| arm | cells | distance to H* ≤ {DISTANCE_BAR} | no answer within {FORMAT_BAR:g} point of GRPO | both | "
-        f"distance ≤ max({DISTANCE_BAR}, its floor) | that and the format kept | distance, min–max | no answer − GRPO "
-        "(points), min–max | pass@1 − GRPO (points), mean |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"distance ≤ max({DISTANCE_BAR}, its noise) | that and the format kept | distance, min–max | noise, min–max | "
+        "floor (noise and drift), min–max | no answer − GRPO (points), min–max | pass@1 − GRPO (points), mean |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm in arms:
         mine = [p for p in found if p.arm == arm]
         name = " = ".join([arm, *also.get(arm, [])])
         lines.append(
             f"| {name} | {len(mine)} | {sum(p.on_target for p in mine)} | {sum(p.format_kept for p in mine)} | "
-            f"{sum(p.on_target and p.format_kept for p in mine)} | {sum(p.within_floor for p in mine)} | "
-            f"{sum(p.within_floor and p.format_kept for p in mine)} | {_range([p.distance for p in mine], '.2f')} | "
+            f"{sum(p.on_target and p.format_kept for p in mine)} | {sum(p.within_noise for p in mine)} | "
+            f"{sum(p.within_noise and p.format_kept for p in mine)} | {_range([p.distance for p in mine], '.2f')} | "
+            f"{_range([p.noise for p in mine], '.2f')} | {_range([p.floor for p in mine], '.2f')} | "
             f"{_range([p.no_answer_excess for p in mine], '+.1f')} | "
             f"{statistics.fmean(p.pass1_diff for p in mine):+.1f} |"
         )
     near = [p for p in found if p.on_target]
     both = [p for p in found if p.on_target and p.format_kept]
+    quiet = [p for p in found if p.within_noise]
+    quiet_both = [p for p in quiet if p.format_kept]
     floor = [p for p in found if p.within_floor]
-    floor_both = [p for p in floor if p.format_kept]
 
     def which(cells: list[Point]) -> str:
         return ": " + ", ".join(f"{p.source} seed {p.seed}" for p in cells) if cells else ""
@@ -117,9 +134,11 @@ def table(found: list[Point], also: dict[str, list[str]], reference: list[float]
         "",
         f"{len(found)} cells (arm × seed) in {len(arms)} arms. {len(near)} hold H* by the bar (distance ≤ "
         f"{DISTANCE_BAR}), {len(both)} of them with the answer format kept (no answer within {FORMAT_BAR:g} point of "
-        f"GRPO's on the same seed){which(both)}. {len(floor)} are as near H* as their own batch-to-batch spread "
-        f"allows (distance ≤ max({DISTANCE_BAR}, floor)), {len(floor_both)} of them with the format kept"
-        f"{which(floor_both)}. GRPO's own {len(reference)} cells: distance {_range(reference, '.2f')}.",
+        f"GRPO's on the same seed){which(both)}. {len(quiet)} are at H* within their own batch-to-batch noise "
+        f"(distance ≤ max({DISTANCE_BAR}, noise); the noise from residuals around a centred 5-step moving average, "
+        f"drift excluded), {len(quiet_both)} of them with the format kept{which(quiet_both)}. By the older floor "
+        f"(the spread around the run's own median, which counts drift as noise) {len(floor)} would be. GRPO's own "
+        f"{len(reference)} cells: distance {_range(reference, '.2f')}.",
     ]
     return "\n".join(lines) + "\n"
 
