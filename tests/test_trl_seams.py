@@ -21,10 +21,20 @@ def params(fn) -> list[str]:
     return [p for p in inspect.signature(fn).parameters if p not in ("self", "args", "kwargs")]
 
 
+OURS = [c for c in AERGRPOTrainer.__mro__ if c.__module__.startswith("aer_trl")]  # the trainer and its mixins
+BASES = [c for c in AERGRPOTrainer.__mro__ if not c.__module__.startswith("aer_trl")]  # TRL's, transformers', ...
+
+
+def ours(name: str):
+    return next(vars(c)[name] for c in OURS if name in vars(c))
+
+
 def overrides() -> list[str]:
-    """The private methods AERGRPOTrainer defines that a base class (TRL's or transformers') also defines."""
-    ours = {n for n, v in vars(AERGRPOTrainer).items() if callable(v) and n.startswith("_") and not n.startswith("__")}
-    return sorted(n for n in ours if any(n in vars(base) for base in AERGRPOTrainer.__mro__[1:]))
+    """The private methods AERGRPOTrainer or its mixins define that a base class (TRL's, transformers') also does."""
+    mine = {
+        n for c in OURS for n, v in vars(c).items() if callable(v) and n.startswith("_") and not n.startswith("__")
+    }
+    return sorted(n for n in mine if any(n in vars(base) for base in BASES))
 
 
 def test_the_private_methods_we_override_are_the_ones_we_know():
@@ -42,10 +52,10 @@ def test_the_private_methods_we_override_are_the_ones_we_know():
 def test_each_override_accepts_what_the_base_passes(name):
     """Our override takes the base method's parameters by the same names, in the same order (TRL calls some of them
     positionally); a parameter TRL adds or renames fails here, not silently at run time."""
-    base = next(vars(b)[name] for b in AERGRPOTrainer.__mro__[1:] if name in vars(b))
-    ours = vars(AERGRPOTrainer)[name]
-    base_params, our_params = params(base), params(ours)
-    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(ours).parameters.values())
+    base = next(vars(b)[name] for b in BASES if name in vars(b))
+    mine = ours(name)
+    base_params, our_params = params(base), params(mine)
+    takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(mine).parameters.values())
     if takes_kwargs and not our_params:  # (*args, **kwargs): forwards everything to TRL
         return
     assert our_params[: len(base_params)] == base_params or (

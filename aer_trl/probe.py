@@ -1,0 +1,69 @@
+"""`aer_anchor_probe` (ours): H0 measured on the untrained policy before step 1, a mixin over TRL's GRPOTrainer."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+class AnchorProbeMixin:
+    def _aer_probe_entropy(self) -> float:
+        """`aer_anchor_probe`: H0 as the token-weighted entropy of the untrained policy's completions to
+        aer_anchor_probe training prompts (num_generations each, drawn with the run's seed, split over processes),
+        sampled and scored as TRL samples and scores a rollout batch. Trains nothing; TRL's rollout metrics and token
+        count are left as they were, so step 1 logs what it would without the probe."""
+        from trl.trainer.utils import pad
+
+        n_prompts, dataset = self.args.aer_anchor_probe, self.train_dataset
+        if len(dataset) < n_prompts:
+            raise ValueError(f"aer_anchor_probe={n_prompts} prompts, but the training set has {len(dataset)}")
+        order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(self.args.seed)).tolist()
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        if n_prompts < world:  # every process must sample: TRL's generation gathers across them
+            raise ValueError(f"aer_anchor_probe={n_prompts} prompts is fewer than the {world} processes")
+        mine = order[rank * n_prompts // world : (rank + 1) * n_prompts // world]
+        prompts = [dataset[i]["prompt"] for i in mine for _ in range(self.num_generations)]
+        metrics = {k: list(v) for k, v in self._metrics["train"].items()}
+        tokens_seen = self.state.num_input_tokens_seen
+        try:
+            with torch.no_grad():
+                prompt_ids, completion_ids, tool_mask = self._generate(prompts)[:3]
+                device, pad_id = self.accelerator.device, self._tokenizer.pad_token_id
+
+                def padded(rows, value, side):  # TRL's padding of a rollout batch
+                    return pad([torch.tensor(r) for r in rows], value, side).to(device)
+
+                prompt_mask = padded([[1] * len(p) for p in prompt_ids], 0, "left")
+                mask = padded([[1] * len(c) for c in completion_ids], 0, "right")
+                if self.mask_truncated_completions:  # as TRL masks a rollout batch's (entropy measured as trained)
+                    ends = [*self.eos_token_ids, pad_id]
+                    mask = mask * torch.tensor([[int(c[-1] in ends)] for c in completion_ids], device=device)
+                completion_ids = padded(completion_ids, pad_id, "right")
+                input_ids = torch.cat([padded(prompt_ids, pad_id, "left"), completion_ids], dim=1)
+                attention = torch.cat([prompt_mask, mask], dim=1)
+                if tool_mask is not None:
+                    mask = mask * padded(tool_mask, 1, "right")
+                _, entropies, _ = self._get_per_token_logps_and_entropies(
+                    self.model,
+                    input_ids,
+                    attention,
+                    completion_ids.size(1),
+                    self.args.per_device_train_batch_size,
+                    compute_entropy=True,
+                )
+                mask = mask.to(entropies.dtype)
+                local = torch.stack([(entropies * mask).sum(), mask.sum()]).float()
+                total = self.accelerator.reduce(local, reduction="sum").tolist()
+        finally:
+            self._metrics["train"].clear()
+            self._metrics["train"].update(metrics)
+            self.state.num_input_tokens_seen = tokens_seen
+        if total[1] == 0:
+            raise RuntimeError(f"the aer_anchor_probe of {n_prompts} prompts produced no completion token")
+        entropy = total[0] / total[1]
+        self._metrics["train"]["aer/anchor_probe_entropy"].append(entropy)
+        logger.info("H0 from a probe of %d prompts x %d: %.4f", n_prompts, self.num_generations, entropy)
+        return entropy

@@ -1,0 +1,78 @@
+"""Resuming AER, a mixin over TRL's GRPOTrainer: the controller's state comes back from the checkpoint whatever
+transformers' `restore_callback_states_from_checkpoint` says, this run's settings stay in force, and every setting
+that differs from the checkpoint's is named (docs/design.md §2, "Resume")."""
+
+from __future__ import annotations
+
+import logging
+
+from transformers.trainer_callback import ExportableState
+
+from .callback import AERCallback
+from .config import settings_changes
+
+logger = logging.getLogger(__name__)
+
+# settings held in the optimizer's param groups: a resume restores them from the checkpoint (a new value is not used)
+OPTIMIZER_STATE_FIELDS = ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay")
+
+
+class ResumeMixin:
+    def _load_callback_state(self) -> None:
+        """On resume: AER's controller state (α, H0, iteration) comes from the checkpoint, whatever
+        `restore_callback_states_from_checkpoint` says (it is part of the optimisation state); its settings (τ, η,
+        α_max, ...) stay the ones this run was given, also where transformers would rebuild the callback from the
+        checkpoint's. Every setting that differs from the checkpoint's is named in a warning, with whether it applies
+        (`OPTIMIZER_STATE_FIELDS` do not: transformers restores the optimizer's param groups as saved)."""
+        live = next((cb for cb in self.callback_handler.callbacks if isinstance(cb, AERCallback)), None)
+        super()._load_callback_state()
+        data = self.state.stateful_callbacks.get(AERCallback.__name__)
+        # A stateful callback the checkpoint did not have (resuming AER from a plain GRPO checkpoint, a PassAtKCallback
+        # added on resume) gets its entry back: transformers' _save_checkpoint indexes the loaded state by name and
+        # would fail with KeyError at the first save.
+        for cb in self.callback_handler.callbacks:
+            if isinstance(cb, ExportableState):
+                self.state.stateful_callbacks.setdefault(type(cb).__name__, cb.state())
+        if live is None:
+            return
+        rebuilt = self.aer_callback
+        if rebuilt is not live:  # transformers rebuilt it from the checkpoint's arguments: keep this run's settings
+            self.callback_handler.remove_callback(rebuilt)
+            self.callback_handler.add_callback(live)
+        if not data:
+            logger.warning(
+                "resuming from a checkpoint without AER's controller state (trained with aer_telemetry off?): α "
+                "starts at aer_alpha_init=%s and H0 is measured on the first rollout batch after step %d",
+                self.args.aer_alpha_init,
+                self.state.global_step,
+            )
+            return
+        data = data[0] if isinstance(data, list) else data
+        live.controller_state = data["attributes"]["controller_state"]
+        history = live.controller.history
+        if history:  # entropy_target_ratio: anchored at the first rollout batch's entropy (or the probe's), as before
+            probed = self.args.aer_anchor_probe and live.initial_entropy is not None
+            self._anchor_trl_entropy_target(live.initial_entropy if probed else history[0]["entropy"])
+        saved = data["attributes"].get("settings")
+        changes = settings_changes(saved, self.args.run_settings()) if saved else {}
+        if changes and self.accelerator.is_main_process:
+            kept = {k: v for k, v in changes.items() if k in OPTIMIZER_STATE_FIELDS}
+            applied = {k: v for k, v in changes.items() if k not in kept}
+
+            def listed(c: dict) -> str:
+                return "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in c.items())
+
+            logger.warning(
+                "resuming at step %d with settings that differ from the checkpoint's.%s%s",
+                self.state.global_step,
+                f" Applied from here on: {listed(applied)} (α={live.alpha}, H0={live.initial_entropy} and the "
+                "iteration count carry over from the checkpoint)."
+                if applied
+                else "",
+                f" NOT applied: {listed(kept)} (the optimizer state restored from the checkpoint keeps its learning "
+                "rate, betas, eps and weight decay, as transformers restores it; to change them, start a new run "
+                "from the checkpoint's weights)."
+                if kept
+                else "",
+            )
+        self.aer_resume_changes = changes
