@@ -30,12 +30,10 @@ class AERCallback(TrainerCallback, ExportableState):
         adaptive: bool = True,
         anchor_rollouts: int = 1,
         step: str = "sign",
-        target_entropy: float | None = None,  # the former spelling of absolute_target (checkpoints before 0.2)
         kp: float = 0.1,
         ki: float = 0.02,
         gate: bool = False,
     ):
-        absolute_target = target_entropy if absolute_target is None else absolute_target
         self.controller = AERController(
             tau=tau,
             eta=eta,
@@ -96,12 +94,6 @@ class AERCallback(TrainerCallback, ExportableState):
     @property
     def target(self) -> float | None:
         """H* (logged as aer/target_entropy)."""
-        return self.controller.target
-
-    @property
-    def target_entropy(self) -> float | None:
-        """Deprecated spelling of `target` (H*); removed in 0.3."""
-        warnings.warn("AERCallback.target_entropy is renamed AERCallback.target", DeprecationWarning, stacklevel=2)
         return self.controller.target
 
     def submit_entropy(self, entropy: float) -> None:

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -191,8 +190,7 @@ class AERController:
     first k measurements and α stays at its initial value until H0 is known (there is no target before it).
 
     Names: ``target`` is H* (what α steers towards); ``absolute_target`` is the optional fixed H* that replaces τ·H0
-    (``AERConfig.aer_target_entropy``). ``target_entropy`` is the former spelling of ``absolute_target``, accepted
-    until 0.3 with a DeprecationWarning.
+    (``AERConfig.aer_target_entropy``).
     """
 
     tau: float = 0.4
@@ -212,19 +210,12 @@ class AERController:
     anchor_entropies: list = field(default_factory=list)
     iteration: int = 0
     history: list = field(default_factory=list)
-    target_entropy: float | None = field(default=None, repr=False)  # deprecated spelling of absolute_target
 
     def __post_init__(self):
         if int(self.anchor_rollouts) != self.anchor_rollouts or self.anchor_rollouts < 1:
             raise ValueError(f"anchor_rollouts must be an integer >= 1, got {self.anchor_rollouts}")
         if self.step not in STEPS:
             raise ValueError(f"step must be one of {STEPS}, got {self.step!r}")
-        if self.target_entropy is not None:
-            warnings.warn(
-                "AERController(target_entropy=...) is renamed absolute_target", DeprecationWarning, stacklevel=3
-            )
-            if self.absolute_target is None:
-                self.absolute_target = self.target_entropy
 
     @property
     def target(self) -> float | None:

@@ -54,14 +54,6 @@ def test_a_checkpointed_callback_restores_through_transformers_and_continues_the
     assert [h["alpha"] for h in restored.controller.history] == pytest.approx([0, 0.05, 0.10, 0.12, 0.12, 0.07])
 
 
-def test_the_former_target_entropy_argument_is_an_absolute_target():
-    cb = AERCallback(target_entropy=0.7)
-    assert cb.state()["args"]["absolute_target"] == 0.7
-    cb.submit_entropy(3.0)
-    cb.on_step_end(args(), TrainerState(global_step=2), TrainerControl())
-    assert cb.target == 0.7 and cb.initial_entropy == 3.0
-
-
 def test_from_args_reads_the_config_fields(tmp_path):
     config = AERConfig(
         output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[],

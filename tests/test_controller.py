@@ -156,16 +156,15 @@ def test_controller_state_round_trip():
     assert other.state_dict() == ctrl.state_dict() and other.target == ctrl.target
 
 
-def test_old_spellings_still_work_for_one_release():
-    with pytest.warns(DeprecationWarning, match="absolute_target"):
-        ctrl = AERController(tau=0.5, target_entropy=2.0)
-    assert ctrl.absolute_target == 2.0 and ctrl.target == 2.0
+def test_the_pre_release_spelling_is_gone():
+    """`target_entropy` was renamed `absolute_target` before 0.1.0: the old keyword is refused by name."""
     from aer_trl import AERCallback
 
-    cb = AERCallback(target_entropy=1.5)  # the args saved in checkpoints written before the rename
-    assert cb.target == 1.5
-    with pytest.warns(DeprecationWarning, match="AERCallback.target"):
-        assert cb.target_entropy == 1.5
+    with pytest.raises(TypeError, match="target_entropy"):
+        AERController(tau=0.5, target_entropy=2.0)
+    with pytest.raises(TypeError, match="target_entropy"):
+        AERCallback(target_entropy=1.5)
+    assert not hasattr(AERCallback(), "target_entropy")
 
 
 def test_difficulty_buckets():
