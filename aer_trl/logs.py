@@ -1,11 +1,10 @@
-"""Logging at the entry points, as transformers' example scripts set it up: one stdout handler and format, and the
+"""Logging at the entry points, as transformers' example scripts set it up: one stderr handler and format, and the
 package's loggers at the run's level (INFO on the process that logs, WARNING on the others, or `--log_level` when
 given). Without it the package's `logger.info` lines (save alignment, anchors, probes) are dropped."""
 
 from __future__ import annotations
 
 import logging
-import sys
 
 
 def configure_logging(training_args=None) -> int:
@@ -14,8 +13,7 @@ def configure_logging(training_args=None) -> int:
         logging.basicConfig(
             format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
             datefmt="%m/%d/%Y %H:%M:%S",
-            handlers=[logging.StreamHandler(sys.stdout)],
-        )
+        )  # on stderr, beside transformers' and TRL's own warnings
     if training_args is None:
         level = logging.INFO
     elif getattr(training_args, "log_level", "passive") != "passive":

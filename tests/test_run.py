@@ -48,8 +48,13 @@ def test_the_command_line_logs_the_packages_info_lines(tmp_path, monkeypatch):
     import aer_trl.run
 
     monkeypatch.setattr(aer_trl.run, "train", lambda s, t, m: None)
-    logging.getLogger("aer_trl").setLevel(logging.NOTSET)
-    aer_trl.run.main(["--output_dir", str(tmp_path)])
-    assert logging.getLogger("aer_trl").getEffectiveLevel() == logging.INFO
-    aer_trl.run.main(["--output_dir", str(tmp_path), "--log_level", "error"])
-    assert logging.getLogger("aer_trl").getEffectiveLevel() == logging.ERROR
+    package = logging.getLogger("aer_trl")
+    before = package.level
+    try:
+        package.setLevel(logging.NOTSET)
+        aer_trl.run.main(["--output_dir", str(tmp_path)])
+        assert package.getEffectiveLevel() == logging.INFO
+        aer_trl.run.main(["--output_dir", str(tmp_path), "--log_level", "error"])
+        assert package.getEffectiveLevel() == logging.ERROR
+    finally:
+        package.setLevel(before)  # later tests read the package's warnings from caplog
