@@ -226,6 +226,16 @@ class AERConfig(GRPOConfig):
             "sets 1.0, docs/methods.md). None: λ_i·H_i (the paper)."
         },
     )
+    aer_bonus_top_k: int | None = field(
+        default=None,
+        metadata={
+            "help": "The bonus on a truncated support: each token's entropy in H_i is taken over its distribution "
+            "renormalised to the aer_bonus_top_k largest logits (at most ln k nats), so the bonus cannot push "
+            "probability into the vocabulary's tail (ours, AEnt's clamped entropy; method aer_topk sets 20, "
+            "docs/methods.md). The trainer then reads the logits (TRL's fused head never makes them): more memory "
+            "per micro-batch. The controller's H_t stays the full entropy. None: the full entropy (the paper)."
+        },
+    )
     aer_bonus_quantile: float = field(
         default=1.0,
         metadata={
@@ -447,6 +457,15 @@ class AERConfig(GRPOConfig):
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.aer_bonus_cap is not None and finite("aer_bonus_cap", self.aer_bonus_cap) <= 0:
             raise ValueError(f"aer_bonus_cap must be > 0 or None, got {self.aer_bonus_cap}")
+        if self.aer_bonus_top_k is not None and (
+            isinstance(self.aer_bonus_top_k, bool)
+            or int(self.aer_bonus_top_k) != self.aer_bonus_top_k
+            or self.aer_bonus_top_k < 2
+        ):
+            raise ValueError(
+                f"aer_bonus_top_k must be an integer >= 2 (a support of one token has no entropy) or None, got "
+                f"{self.aer_bonus_top_k}"
+            )
         if not 0 < finite("aer_bonus_quantile", self.aer_bonus_quantile) <= 1:
             raise ValueError(f"aer_bonus_quantile must be in (0, 1], got {self.aer_bonus_quantile}")
         if isinstance(self.aer_anchor_rollouts, bool) or int(self.aer_anchor_rollouts) != self.aer_anchor_rollouts:

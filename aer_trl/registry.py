@@ -322,6 +322,16 @@ for _method in (
         trl_entropy=False,
     ),
     Method(
+        "aer_topk",
+        "AER with the bonus on a truncated support: each token's entropy over its top aer_bonus_top_k (default 20) "
+        "logits renormalised, no push into the vocabulary's tail (AEnt's clamped entropy); ours, not the paper's "
+        "(docs/methods.md)",
+        "AER-GRPO (ours: bonus on a truncated support)",
+        aer=True,
+        defaults={"aer_adaptive": True, "aer_difficulty_aware": True, "aer_bonus_top_k": 20},
+        trl_entropy=False,
+    ),
+    Method(
         "aer_c1",
         "AER ablation 'C1 only': difficulty-aware λ with a fixed α = aer_alpha_init",
         "AER-GRPO (ablation: C1 only)",

@@ -138,16 +138,22 @@ class SharedPromptMixin:
         with self.accelerator.autocast():
             cache = prefill(model, unique[:, :width], unique[:, width:], inverse, config=config)
             tail = input_ids[:, width - 1 :]  # the last prompt token, then the completion
-            shift_labels = input_ids[:, width:].masked_fill(attention_mask[:, width:] == 0, -100)
-            shift_labels = torch.cat([shift_labels, shift_labels.new_full((shift_labels.size(0), 1), -100)], dim=1)
+            if getattr(self, "_aer_support_parts", None) is not None:  # the truncated-support bonus (support.py)
+                head = {"use_cache": False}
+            else:
+                shift_labels = input_ids[:, width:].masked_fill(attention_mask[:, width:] == 0, -100)
+                pad = shift_labels.new_full((shift_labels.size(0), 1), -100)
+                head = {"shift_labels": torch.cat([shift_labels, pad], dim=1), "fused_lm_head": True}
             outputs = model(
                 input_ids=tail,
                 attention_mask=attention_mask,
                 position_ids=positions(attention_mask)[:, width - 1 :],
-                shift_labels=shift_labels,
                 **{cache_name: cache},
-                fused_lm_head=True,
+                **head,
             )
+        if getattr(self, "_aer_support_parts", None) is not None:
+            logps, entropies = self._support_head(outputs.logits[:, :logits_to_keep], input_ids[:, width:])
+            return logps, entropies if compute_entropy else None, None
         logps = outputs.log_probs[:, :logits_to_keep]
         entropies = outputs.entropy[:, :logits_to_keep] if compute_entropy else None
         return logps, entropies, None

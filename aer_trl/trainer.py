@@ -36,29 +36,15 @@ from .metrics import MetricsFileCallback
 from .probe import AnchorProbeMixin
 from .registry import TokenBatch, get_method
 from .resume import ResumeMixin
+from .rewards import resolve_correctness_index
 from .shared_prompt import SharedPromptMixin
+from .support import TruncatedSupportMixin
 from .vllm_support import colocate_on_cpu, prepare_vllm_on_cpu
 
 logger = logging.getLogger(__name__)
 
 
-def resolve_correctness_index(spec: int | str | None, reward_func_names: list[str]) -> int:
-    """Index of the reward function that defines correctness (docs/design.md §2: default the first)."""
-    if spec is None:
-        return 0
-    if isinstance(spec, int):
-        if not -len(reward_func_names) <= spec < len(reward_func_names):
-            raise ValueError(
-                f"aer_correctness_reward={spec} is out of range: there are {len(reward_func_names)} reward functions "
-                f"{reward_func_names}"
-            )
-        return spec % len(reward_func_names)
-    if spec in reward_func_names:
-        return reward_func_names.index(spec)
-    raise ValueError(f"aer_correctness_reward={spec!r} is not one of the reward functions {reward_func_names}")
-
-
-class AERGRPOTrainer(SharedPromptMixin, ResumeMixin, AnchorProbeMixin, GRPOTrainer):
+class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOTrainer):
     """GRPO with Adaptive Entropy Regularization. Same constructor as `trl.GRPOTrainer`; `args` is an `AERConfig` (a
     plain `trl.GRPOConfig` is converted, the AER fields at their defaults)."""
 
@@ -120,6 +106,7 @@ class AERGRPOTrainer(SharedPromptMixin, ResumeMixin, AnchorProbeMixin, GRPOTrain
         self._aer_gathered_rewards: torch.Tensor | None = None
         self._aer_capture_entropy = False
         self._aer_entropies: torch.Tensor | None = None
+        self._aer_bonus_entropies: torch.Tensor | None = None  # the truncated-support entropies (aer_bonus_top_k)
         self._aer_entropy_stats: torch.Tensor | None = None  # local [sum of H over tokens, token count]
         self._aer_loss_inputs: dict | None = None  # the batch TRL's loss is reading (for the per-token baselines)
         self._aer_last_metrics: dict[str, float] = {}  # last logged aer/* values, repeated on steps without new ones
@@ -210,16 +197,27 @@ class AERGRPOTrainer(SharedPromptMixin, ResumeMixin, AnchorProbeMixin, GRPOTrain
         return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        shared = self._shared_prompt_logps(*args, **kwargs) if self.args.share_prompt_forward else None
-        if shared is not None:
-            logps, entropies, aux_loss = shared
+        if self._aer_capture_entropy and self.args.aer_bonus_top_k is not None:  # the truncated-support bonus
+            (logps, entropies, aux_loss), self._aer_bonus_entropies = self._support_collect(
+                self._logps_forward, *args, **kwargs
+            )
         else:
-            logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            logps, entropies, aux_loss = self._logps_forward(*args, **kwargs)
         if self._aer_capture_entropy and entropies is not None:
             self._aer_entropies = entropies
             if self._aer_loss_inputs is not None:
                 logps = self._apply_token_method(logps, entropies, self._aer_loss_inputs)
         return logps, entropies, aux_loss
+
+    def _logps_forward(self, *args, **kwargs):
+        """The log-prob forward: the shared-prompt one where it applies, else the truncated-support one while that
+        bonus collects (support.py), else TRL's."""
+        shared = self._shared_prompt_logps(*args, **kwargs) if self.args.share_prompt_forward else None
+        if shared is not None:
+            return shared
+        if self._aer_support_parts is not None:
+            return self._support_logps(*args, **kwargs)
+        return super()._get_per_token_logps_and_entropies(*args, **kwargs)
 
     def _apply_token_method(self, logps, entropies, inputs: dict):
         """The method's per-token hook (Ent-Adv, Clip-Cov, KL-Cov, or a registered one): TRL's loss reads
@@ -248,12 +246,13 @@ class AERGRPOTrainer(SharedPromptMixin, ResumeMixin, AnchorProbeMixin, GRPOTrain
         if hook:
             inputs = dict(inputs)  # a shallow copy: the buffered rollout batch is left as it was
             self._aer_loss_inputs = inputs
-        self._aer_capture_entropy, self._aer_entropies = True, None
+        self._aer_capture_entropy, self._aer_entropies, self._aer_bonus_entropies = True, None, None
         try:
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         finally:
             self._aer_capture_entropy, self._aer_loss_inputs = False, None
         entropies, self._aer_entropies = self._aer_entropies, None
+        bonus_entropies, self._aer_bonus_entropies = self._aer_bonus_entropies, None
         if entropies is None:
             raise RuntimeError("TRL's loss did not compute token entropies; AERGRPOTrainer cannot add its bonus")
 
@@ -262,7 +261,9 @@ class AERGRPOTrainer(SharedPromptMixin, ResumeMixin, AnchorProbeMixin, GRPOTrain
 
         lam = inputs.get("aer_lambda")
         if lam is not None and bool((lam != 0).any()):  # on the host: no device sync
-            seq_entropy = sequence_entropy(entropies, mask, self.args.aer_bonus_quantile)  # H_i, carries gradient
+            # H_i, with gradient: over the full distributions (the paper) or their top-k supports (aer_bonus_top_k)
+            bonus = entropies if bonus_entropies is None else bonus_entropies
+            seq_entropy = sequence_entropy(bonus, mask, self.args.aer_bonus_quantile)
             if self.args.aer_bonus_cap is not None and self.aer_callback.target is not None:
                 seq_entropy = capped_entropy(seq_entropy, self.args.aer_bonus_cap * self.aer_callback.target)
             accumulation_factor = self.current_gradient_accumulation_steps if mode == "train" else 1.0
