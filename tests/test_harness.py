@@ -354,3 +354,41 @@ def test_evaluation_during_training_leaves_the_training_rng_untouched(tmp_path, 
     if cuda_before is not None:
         assert all(torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), cuda_before))
     assert cb.evaluate(model, tokenizer) == result  # and the evaluation itself is repeatable
+
+
+def test_chunks_per_rank_for_lockstep_per_rank_and_main_only_samplers():
+    from types import SimpleNamespace
+
+    from aer_trl.evaluation.callback import assigned_chunks
+
+    lockstep, free = SimpleNamespace(lockstep=True), SimpleNamespace(lockstep=False)
+    server = SimpleNamespace(lockstep=False, main_only=True)
+    assert [assigned_chunks(5, r, 2, lockstep) for r in (0, 1)] == [[0, 2, 4], [1, 3, 5]]  # 5: chunk 0 again
+    assert [assigned_chunks(5, r, 2, free) for r in (0, 1)] == [[0, 2, 4], [1, 3]]
+    assert [assigned_chunks(5, r, 2, server) for r in (0, 1)] == [[0, 1, 2, 3, 4], []]
+    assert assigned_chunks(3, 0, 1, lockstep) == [0, 1, 2]
+
+
+def test_validation_samples_through_the_sampler_factory_when_one_is_set(tmp_path, tokenizer, model_and_bench):
+    """`eval_engine: vllm` sets `sampler_factory` (aer_trl.engine): the callback asks it for a generator once per
+    validation, samples every chunk through it (not transformers' generate) and scores what it returns."""
+    _, bench = model_and_bench
+    cb = PassAtKCallback(bench, eval_steps=1, num_samples=4, k_list=[1, 4], max_new_tokens=2, batch_size=3)
+    answers = {f"{i}?": str(i % 3) for i in range(10)}
+    made, seen = [], []
+
+    class Sampler:
+        lockstep = False
+
+        def __call__(self, texts, seed):
+            seen.extend(texts)
+            # right on every other sample of the problems whose answer is 0, wrong elsewhere
+            return [[f"\\boxed{{{answers[q] if answers[q] == '0' and j % 2 else 9}}}" for j in range(4)]
+                    for q in (next(k for k in answers if k in t) for t in texts)]  # fmt: skip
+
+    cb.sampler_factory = lambda eval_args: made.append(eval_args) or Sampler()
+    result = cb.evaluate(None, tokenizer)  # no model: transformers' generate would fail
+    assert len(made) == 1 and made[0].num_samples == 4 and made[0].max_new_tokens == 2
+    assert len(seen) == 10  # every problem once, in chunks of batch_size 3
+    assert result["pass@1"] == pytest.approx(4 / 10 * 0.5)  # problems 0, 3, 6, 9: half their samples right
+    assert result["pass@4"] == pytest.approx(4 / 10)

@@ -48,6 +48,21 @@ def test_paper_recipes_carry_the_papers_hyperparameters():
         assert model.model_name_or_path.startswith("Qwen/Qwen3-")
 
 
+@pytest.mark.parametrize(
+    "recipe", [r for r in RECIPES if "qwen3" in r.parts[-3]], ids=lambda p: p.parts[-3] + "/" + p.name
+)
+def test_paper_recipes_have_a_budget_and_validate_through_vllm(recipe):
+    """Every paper-scale recipe (AER and its generated baselines): a bounded run, validation at the paper's cadence
+    through the run's own vLLM engine, and a baseline's copy carries none of AER's keys or notes."""
+    script, args, _ = parse(recipe)
+    assert args.max_steps == 480 and args.use_vllm
+    assert script.eval_benchmark == "aime25" and script.eval_engine == "vllm" and script.eval_every_steps == 20
+    assert script.eval_batch_size * script.eval_num_samples <= 64
+    text = recipe.read_text()
+    if not get_method(args.method).aer:
+        assert "aer_" not in text.replace("aer_trl", "") and "# AER" not in text, recipe.name
+
+
 def test_unknown_recipe_key_is_refused(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("method: aer\naer_rhoo: 0.3\n")

@@ -195,3 +195,68 @@ def test_train_script_trains_on_local_model_and_data_and_writes_card(tmp_path, t
     ):
         assert needle in card, needle
     assert (out / "model.safetensors").exists() and (out / "metrics.jsonl").exists()
+
+
+def test_the_validation_engine_follows_the_run_and_long_generate_under_zero3_is_refused():
+    """`eval_engine`: auto -> the run's vLLM engine when it rolls out with vLLM, else transformers' generate; vllm
+    without an engine, or generate under ZeRO-3 at more than 1024 tokens, is refused before step 1."""
+    import functools
+    from types import SimpleNamespace
+
+    from aer_trl.engine import engine_sampler
+    from aer_trl.training import validation_sampler
+
+    def trainer(stage=None):
+        plugin = None if stage is None else SimpleNamespace(zero_stage=stage)
+        return SimpleNamespace(accelerator=SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin)))
+
+    def script(engine="auto", tokens=8192):
+        return SimpleNamespace(eval_engine=engine, eval_max_new_tokens=tokens)
+
+    vllm_run, plain_run = SimpleNamespace(use_vllm=True), SimpleNamespace(use_vllm=False)
+    factory = validation_sampler(script(), vllm_run, trainer(3))
+    assert isinstance(factory, functools.partial) and factory.func is engine_sampler
+    assert validation_sampler(script(tokens=64), plain_run, trainer(3)) is None  # short: generate is fine
+    assert validation_sampler(script(), plain_run, trainer(2)) is None  # ZeRO-2 keeps whole layers
+    with pytest.raises(ValueError, match="eval_max_new_tokens=8192 through transformers' generate under ZeRO-3"):
+        validation_sampler(script(), plain_run, trainer(3))
+    with pytest.raises(ValueError, match="eval_max_new_tokens=8192"):
+        validation_sampler(script("transformers"), vllm_run, trainer(3))
+    with pytest.raises(ValueError, match="this run has none"):
+        validation_sampler(script("vllm"), plain_run, trainer())
+    with pytest.raises(ValueError, match="eval_engine must be"):
+        validation_sampler(script("sglang"), vllm_run, trainer())
+
+
+def test_the_engine_sampler_syncs_the_weights_once_per_step_and_serves_from_the_main_process():
+    """aer_trl.engine on stand-ins for TRL's VLLMGeneration: the engine gets the policy of the validated step (TRL
+    syncs only before a rollout), a rollout at the same step does not sync again, and in server mode the main process
+    samples one seeded request per prompt through the client and decodes it."""
+    from types import SimpleNamespace
+
+    from aer_trl.engine import ServerSampler, engine_sampler
+    from aer_trl.evaluation import EvalArguments
+
+    syncs, requests = [], []
+
+    class Client:
+        def generate(self, prompts, n, **kw):
+            requests.append((prompts, n, kw["generation_kwargs"]["seed"], kw["max_tokens"]))
+            return {"completion_ids": [[ord("a") + i] for i in range(n)]}
+
+    tokenizer = SimpleNamespace(batch_decode=lambda ids, skip_special_tokens: ["".join(map(chr, x)) for x in ids])
+    generation = SimpleNamespace(mode="server", vllm_client=Client(), sync_weights=lambda: syncs.append(1))
+    trainer = SimpleNamespace(use_vllm=True, vllm_generation=generation, _last_loaded_step=4,
+                              state=SimpleNamespace(global_step=5), processing_class=tokenizer)  # fmt: skip
+    args = EvalArguments(models=["m"], benchmarks=["b"], num_samples=3, k_list=[1, 3], max_new_tokens=7)
+    sampler = engine_sampler(trainer, args)
+    assert isinstance(sampler, ServerSampler) and sampler.main_only
+    assert syncs == [1] and trainer._last_loaded_step == 5
+    engine_sampler(trainer, args)
+    assert syncs == [1]  # the same step: the engine already holds this policy
+    assert sampler(["p0", "p1"], seed=11) == [["a", "b", "c"], ["a", "b", "c"]]
+    assert [r[0] for r in requests] == [["p0"], ["p1"]] and {r[1] for r in requests} == {3}
+    assert requests[0][2] != requests[1][2] and {r[3] for r in requests} == {7}  # a seed per request
+    with pytest.raises(ValueError, match="tensor_parallel_size > 1"):
+        engine_sampler(SimpleNamespace(use_vllm=True, vllm_generation=SimpleNamespace(
+            mode="colocate", tensor_parallel_size=2)), args)  # fmt: skip

@@ -177,3 +177,20 @@ def test_the_trl_range_we_declare_contains_the_trl_we_test():
 
     spec = next(Requirement(r) for r in requires("aer-trl") if Requirement(r).name == "trl")
     assert trl.__version__ in spec.specifier, (trl.__version__, str(spec.specifier))
+
+
+def test_the_vllm_engine_members_validation_reads_exist():
+    """aer_trl.engine validates through the run's vLLM engine: TRL's `vllm_generation` (mode, engine, server client,
+    sleep state, weight sync, tensor-parallel size) and the trainer's `_last_loaded_step`, which TRL sets after each
+    sync so that a rollout at the same step does not sync again."""
+    from trl.generation import vllm_generation
+
+    source = inspect.getsource(vllm_generation.VLLMGeneration)
+    for member in ("self.mode", "self.enable_sleep_mode", "self._llm_weights_sleeping", "self.llm =",
+                   "self.vllm_client =", "self.tensor_parallel_size"):  # fmt: skip
+        assert member in source, member
+    assert params(vllm_generation.VLLMGeneration.sync_weights) == []
+    trainer_source = inspect.getsource(GRPOTrainer)
+    assert "self.vllm_generation = VLLMGeneration(" in trainer_source
+    assert "self._last_loaded_step = self.state.global_step" in trainer_source
+    assert "if self.state.global_step != self._last_loaded_step:" in trainer_source

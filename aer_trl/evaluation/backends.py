@@ -59,6 +59,8 @@ def load_tokenizer(model: str):
 class TransformersGenerator:
     """Sampling with `transformers`: one `generate` call per chunk, prompts prefilled once (`sample_chunk`)."""
 
+    lockstep = True  # under ZeRO-3 every process must make the same calls (transformers' synced_gpus)
+
     def __init__(self, model, tokenizer, args):
         self.model, self.tokenizer, self.args = model, tokenizer, args
         if self.tokenizer.pad_token is None:
@@ -94,16 +96,22 @@ class VLLMGenerator:
     (`RuntimeError: CPU Generator does not use offset`): the engine takes a whole chunk's prompts in one step
     (`max_num_batched_tokens`), and a failure that still says so is reported with what to change."""
 
+    lockstep = False  # each process samples its own chunks (no collective inside a call)
+
     @classmethod
     def from_pretrained(cls, model_name: str, args) -> VLLMGenerator:
-        return cls(model_name, args)
+        return cls(cls._engine(model_name, args), args)
 
-    def __init__(self, model_name: str, args):
+    def __init__(self, llm, args):
+        """`llm`: a `vllm.LLM` (`from_pretrained` builds one; validation during training passes the run's own)."""
+        self.llm, self.args = llm, args
+
+    @staticmethod
+    def _engine(model_name: str, args):
         from vllm import LLM
 
         from .. import vllm_support
 
-        self.args = args
         kwargs = {}
         if not torch.cuda.is_available():
             from transformers import AutoConfig
@@ -118,24 +126,14 @@ class VLLMGenerator:
             kwargs["max_num_seqs"] = max(256, sequences)
             # eager mode: the CPU build compiles a graph per batch shape, and a chunk's requests finish one by one
             kwargs["enforce_eager"] = True
-        self.llm = LLM(
+        return LLM(
             model=model_name, revision=args.model_revision, seed=args.seed, enable_prefix_caching=True, **kwargs
         )
 
     def __call__(self, texts: list[str], seed: int) -> list[list[str]]:
         from vllm import SamplingParams
 
-        params = [
-            SamplingParams(
-                n=self.args.num_samples,
-                temperature=self.args.temperature,
-                top_p=self.args.top_p,
-                top_k=self.args.top_k or -1,
-                max_tokens=self.args.max_new_tokens,
-                seed=int(hashlib.sha256(f"{seed}:{i}".encode()).hexdigest()[:8], 16),
-            )
-            for i in range(len(texts))
-        ]
+        params = [SamplingParams(**vllm_sampling(self.args), seed=request_seed(seed, i)) for i in range(len(texts))]
         try:
             outputs = self.llm.generate(texts, params, use_tqdm=False)
         except RuntimeError as err:
@@ -146,6 +144,22 @@ class VLLMGenerator:
                 f"--batch_size (now {self.args.batch_size}) so a chunk's prompts fit in one step"
             ) from err
         return [[o.text for o in out.outputs] for out in outputs]
+
+
+def request_seed(seed: int, index: int) -> int:
+    """The seed of a chunk's `index`-th request: a function of the chunk's seed and the position only."""
+    return int(hashlib.sha256(f"{seed}:{index}".encode()).hexdigest()[:8], 16)
+
+
+def vllm_sampling(args) -> dict:
+    """vLLM's sampling settings for the evaluation arguments (n samples per prompt)."""
+    return dict(
+        n=args.num_samples,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k or -1,
+        max_tokens=args.max_new_tokens,
+    )
 
 
 def default_factory(backend: str):

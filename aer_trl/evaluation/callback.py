@@ -26,6 +26,17 @@ def _dist():
     return 0, 1
 
 
+def assigned_chunks(n: int, rank: int, world: int, generator) -> list[int]:
+    """Which of `n` chunks this rank samples. A `main_only` generator (a vLLM server): all on rank 0. A `lockstep`
+    one (transformers' generate, which ZeRO-3 runs in step through `synced_gpus`): every rank the same number of
+    calls, an index >= n meaning "sample chunk 0 again and drop it". Otherwise chunk i on rank i % world."""
+    if getattr(generator, "main_only", False):
+        return list(range(n)) if rank == 0 else []
+    if generator.lockstep:
+        return list(range(rank, n + (-n) % world, world))
+    return list(range(rank, n, world))
+
+
 class PassAtKCallback(TrainerCallback, ExportableState):
     """Evaluates pass@k on a benchmark every `eval_steps` optimizer steps and keeps the best checkpoint by pass@1.
 
@@ -41,6 +52,9 @@ class PassAtKCallback(TrainerCallback, ExportableState):
       a chunk's samples do not depend on where it runs), every rank making the same number of generate calls
       (ZeRO-3 runs them in step through transformers' `synced_gpus`); the counts are gathered, and every rank
       computes the same pass@k and agrees on the best checkpoint.
+    - `sampler_factory` (set by the training entry point when `eval_engine` is vLLM, `aer_trl.engine`): samples come
+      from the run's own vLLM engine instead of `generate` (colocated: each rank its own chunks, no lockstep;
+      server: the main process samples every chunk).
     """
 
     def __init__(
@@ -75,6 +89,7 @@ class PassAtKCallback(TrainerCallback, ExportableState):
         self.best_step: int | None = None
         self.history: list[dict] = []
         self._problems = None
+        self.sampler_factory = None  # EvalArguments -> generator; None: transformers' generate on the model
 
     def state(self) -> dict:
         return {
@@ -106,13 +121,13 @@ class PassAtKCallback(TrainerCallback, ExportableState):
         if self._problems is None:
             self._problems = load_problems(self.benchmark, self.eval_args, tokenizer)
         rank, world = _dist()
-        generator = TransformersGenerator(model, tokenizer, self.eval_args)
+        if self.sampler_factory is not None:
+            generator = self.sampler_factory(self.eval_args)
+        else:
+            generator = TransformersGenerator(model, tokenizer, self.eval_args)
         chunks = make_chunks(self._problems, self.eval_args.batch_size, self.eval_args.seed)
         counts = {}
-        # every rank makes the same number of generate calls (ZeRO-3's sharded forward needs them in step:
-        # transformers' synced_gpus); a rank without a chunk left samples the first one again and drops it
-        for start in range(0, len(chunks), world):
-            index = start + rank
+        for index in assigned_chunks(len(chunks), rank, world, generator):
             chunk = chunks[index] if index < len(chunks) else chunks[0]
             samples = generator([p.text for p in chunk.problems], chunk.seed)
             if index < len(chunks):
