@@ -72,6 +72,32 @@ def test_aer_trains_with_colocated_vllm_on_cpu(colocated):
     assert "sampling/importance_sampling_ratio/mean" in logs[0]  # the rollouts came from vLLM
 
 
+def test_validation_samples_through_the_runs_colocated_engine(colocated, tokenizer, tmp_path):
+    """`eval_engine: vllm`: the validation's samples come from the run's own colocated engine, its weights synced to
+    the validated step first; seeded per request, so a second validation of the same policy is the same."""
+    import json
+
+    from aer_trl.engine import ColocatedSampler, engine_sampler
+    from aer_trl.evaluation import PassAtKCallback
+
+    trainer, _ = colocated
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("".join(json.dumps({"question": f"{i}?", "answer": str(i % 3)}) + "\n" for i in range(7)))
+    cb = PassAtKCallback(str(bench), eval_steps=1, num_samples=4, k_list=[1, 4], max_new_tokens=4, batch_size=3)
+    made, syncs, sync = [], [], trainer.vllm_generation.sync_weights
+    trainer.vllm_generation.sync_weights = lambda: syncs.append(1) or sync()
+    cb.sampler_factory = lambda eval_args: made.append(engine_sampler(trainer, eval_args)) or made[-1]
+    trainer._last_loaded_step = -1  # as right after an optimizer step: the engine holds the previous policy
+    try:
+        result = cb.evaluate(None, tokenizer)  # no model: transformers' generate would fail
+        assert isinstance(made[0], ColocatedSampler) and syncs == [1]
+        assert trainer._last_loaded_step == trainer.state.global_step
+        assert 0 <= result["pass@1"] <= result["pass@4"] <= 1
+        assert cb.evaluate(None, tokenizer) == result and syncs == [1]  # same step: no second sync
+    finally:
+        trainer.vllm_generation.sync_weights = sync
+
+
 def _vllm_logprobs(trainer, prompt_ids: list[int], k: int = 5) -> dict[int, float]:
     from vllm import SamplingParams
 
