@@ -15,6 +15,7 @@ import sys
 from .logs import configure_logging
 from .resources import recipe_path, resolve_recipe
 from .training import parse_recipe, train
+from .vllm_support import release_colocated_engine
 
 
 def _given(argv: list[str], flag: str) -> bool:
@@ -40,10 +41,12 @@ def main(argv=None):
 
 
 def cli() -> None:
-    """The console script: train, then tear the process group down before exit (several processes: left to
-    interpreter shutdown, gloo's threads can abort a run that has already succeeded and saved)."""
+    """The console script: train, then tear the process groups down before exit (several processes: left to
+    interpreter shutdown, gloo's threads can abort a run that has already succeeded and saved, and a colocated vLLM
+    engine's exit hook prints `ValueError: Invalid process group specified`)."""
     trainer = main()
     trainer.accelerator.wait_for_everyone()  # no rank tears the group down while another still uses it
+    release_colocated_engine(trainer)
     trainer.accelerator.end_training()
 
 

@@ -128,3 +128,15 @@ def prepare_vllm_on_cpu(model, args) -> None:
     )
     rows = args.per_device_train_batch_size * args.steps_per_generation
     cpu_defaults(config, tokens=rows * length, run_dir=args.output_dir)
+
+
+def release_colocated_engine(trainer) -> None:
+    """At the end of a run with colocated vLLM (the command line calls it): vLLM's process groups are torn down
+    while torch.distributed still exists. Left to vLLM's exit hook, they go after the default group is gone, and
+    vLLM prints `ValueError: Invalid process group specified` after a run that succeeded (make rehearse showed it)."""
+    generation = getattr(trainer, "vllm_generation", None)
+    if not getattr(trainer, "use_vllm", False) or getattr(generation, "mode", None) != "colocate":
+        return
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    cleanup_dist_env_and_memory()
