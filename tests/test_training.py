@@ -162,9 +162,12 @@ def test_train_script_trains_on_local_model_and_data_and_writes_card(tmp_path, t
             "1e-3",
             "--logging_steps",
             "1",
-            # the recipe's checkpoint selection (AIME25 every 20 steps), pointed at local data
+            # the recipe's checkpoint selection (AIME25 every 20 steps through vLLM), pointed at local data and,
+            # without vLLM here, at transformers' generate (a few tokens: allowed)
             "--eval_benchmark",
             str(data),
+            "--eval_engine",
+            "transformers",
             "--eval_every_steps",
             "1",
             "--eval_num_samples",
