@@ -1,6 +1,7 @@
 """aer_trl.studies.real_study without training: study files, where a cell trains, what its held-out evaluation
 samples with, and the tables made from committed records alone."""
 
+import argparse
 import json
 from pathlib import Path
 
@@ -14,7 +15,7 @@ KS = (1, 2, 4, 8, 16)
 
 
 def _study(tmp_path, *flags, methods=("grpo", "aer")):
-    args = real_study.argparse.Namespace(
+    args = argparse.Namespace(
         methods=list(methods),
         seeds=[0],
         output_dir=str(tmp_path),
@@ -85,7 +86,7 @@ def test_a_finished_cell_drops_its_checkpoints_and_a_failed_one_keeps_them_to_re
             (out / "model.safetensors").write_text("weights")
         return exit_code
 
-    monkeypatch.setattr(real_study.subprocess, "call", fake_training)
+    monkeypatch.setattr(real_study.cells.subprocess, "call", fake_training)
     folder = real_study.cell_dir(study, aer, 0, tmp_path / "o")
     if exit_code:
         with pytest.raises(RuntimeError, match="aer seed 0 failed"):
@@ -268,8 +269,8 @@ def test_seeds_and_methods_with_a_study_pick_the_cells_to_train_not_the_tables(t
     arms = {"a": {"recipe": "grpo"}, "b": {"recipe": "aer"}}
     study.write_text(yaml.safe_dump({"title": "t", "seeds": [0, 1], "reference": "a", "arms": arms}))
     queued = []
-    monkeypatch.setattr(real_study, "_run_cell", lambda st, arm, seed, *a: queued.append((arm.name, seed)))
-    monkeypatch.setattr(real_study, "claim_cell", lambda *a: tmp_path / "claim")
+    monkeypatch.setattr(real_study.queue, "_run_cell", lambda st, arm, seed, *a: queued.append((arm.name, seed)))
+    monkeypatch.setattr(real_study.queue, "claim_cell", lambda *a: tmp_path / "claim")
     real_study.main(["--study", str(study), "--seeds", "1", "--methods", "b", "--output_dir", str(tmp_path / "o")])
     assert queued == [("b", 1)]
     assert real_study.load_study(study).seeds == [0, 1]
@@ -298,8 +299,9 @@ def test_a_queue_for_some_arms_still_copies_the_shared_records_of_the_others(tmp
     second = real_study.load_study(helpers.write_study(tmp_path / "b"))
     helpers.fake_study_record(first, first.arm("grpo"), 0, 0.6, 0.07, unmarked=2)
     queued = []
-    monkeypatch.setattr(real_study, "_run_cell", lambda st, arm, seed, *a: queued.append((st.records, arm.name, seed)))
-    monkeypatch.setattr(real_study, "claim_cell", lambda *a: tmp_path / "claim")
+    record = lambda st, arm, seed, *a: queued.append((st.records, arm.name, seed))  # noqa: E731
+    monkeypatch.setattr(real_study.queue, "_run_cell", record)
+    monkeypatch.setattr(real_study.queue, "claim_cell", lambda *a: tmp_path / "claim")
     real_study.run_queue([first, second], tmp_path / "o", seeds=[0], arms=["fixed"])
     assert real_study.read_record(second, second.arm("grpo"), 0) is not None
     assert sorted(queued) == sorted([(first.records, "fixed", 0), (second.records, "fixed", 0)])

@@ -1,0 +1,99 @@
+"""One cell trained in its own process (resumed when killed, its checkpoints dropped once finished) and a model's
+held-out pass@k through the evaluation harness, in the format and budget the arm trained with."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from ...io import atomic_write
+from ...prompts import prompt_settings
+from .spec import KS, Arm, Study, cell_dir, settings_hash
+
+
+def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path) -> dict:
+    """Train one cell in its own process unless it is finished; resume a killed one from its newest checkpoint; drop
+    the checkpoints of a finished one."""
+    folder = cell_dir(study, arm, seed, output_dir)
+    done = folder / "run.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = study.merged(arm)
+    atomic_write(folder / "recipe.yaml", yaml.safe_dump(settings, sort_keys=True, allow_unicode=True))
+    resume = any((p / "trainer_state.json").is_file() for p in folder.glob("checkpoint-*"))
+    command = [
+        sys.executable,
+        "-m",
+        "aer_trl.run",  # the training command line, as `aer-train`
+        "--config",
+        str(folder / "recipe.yaml"),
+        "--output_dir",
+        str(folder),
+        "--seed",
+        str(seed),
+        "--disable_tqdm",
+        "true",
+        *(["--resume_from_checkpoint", "latest"] if resume else []),
+    ]
+    start = time.perf_counter()
+    with open(folder / "train.log", "a") as log:
+        log.write(f"\n$ {' '.join(command)}\n")
+        log.flush()
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+    if code != 0:
+        raise RuntimeError(f"training {arm.name} seed {seed} failed (exit {code}); see {folder / 'train.log'}")
+    run = {
+        "arm": arm.name,
+        "recipe": arm.recipe,
+        "seed": seed,
+        "settings_hash": settings_hash(settings),
+        "seconds": time.perf_counter() - start,
+        "resumed": resume,
+    }
+    atomic_write(done, json.dumps(run, indent=2))
+    # A finished cell is never resumed: its checkpoints (weights plus optimizer state, ~2 GB for SmolLM2) only fill
+    # the disk. The final model stays in the folder for the evaluation.
+    for checkpoint in folder.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    return run
+
+
+def eval_arguments(study: Study, arm: Arm, models: list[str], output_dir: str | Path):
+    """Held-out sampling in the format and token budget the arm was trained with (its merged recipe, parsed as the
+    training command parses it: a `max_completion_length` or prompt setting of the study reaches the evaluation)."""
+    from ...evaluation import EvalArguments
+    from ...training import parse_recipe
+
+    eval_dir = Path(output_dir) / "eval"
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    recipe = eval_dir / f".recipe-{arm.recipe}-{settings_hash(study.merged(arm))}.yaml"
+    atomic_write(recipe, yaml.safe_dump(study.merged(arm), sort_keys=True, allow_unicode=True))
+    script_args, training_args, _ = parse_recipe(["--config", str(recipe), "--output_dir", str(eval_dir)])
+    return EvalArguments(
+        models=models,
+        benchmarks=["arithmetic"],
+        output_dir=str(eval_dir),
+        num_samples=study.eval_samples,
+        k_list=[k for k in KS if k <= study.eval_samples],
+        max_new_tokens=training_args.max_completion_length,
+        temperature=1.0,
+        seed=0,
+        batch_size=8,
+        arithmetic_test_per_tier=study.eval_per_tier,
+        **prompt_settings(script_args),
+    )
+
+
+def held_out(study: Study, arm: Arm, model: str, output_dir: str | Path) -> dict:
+    """pass@k overall and per tier of one model on the held-out split (resumable through the harness's store)."""
+    from ...evaluation import evaluate
+
+    metrics = evaluate(eval_arguments(study, arm, [model], output_dir))
+    return next(iter(metrics.values()))["arithmetic"]

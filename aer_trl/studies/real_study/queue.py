@@ -1,0 +1,110 @@
+"""The queue: every missing cell of the studies, seed-major, each claimed (a PID file, so several queues can share
+the studies), trained, evaluated and recorded before the next."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ...io import atomic_write
+from .cells import held_out, train_cell
+from .records import export_record, read_record, share_record
+from .spec import Arm, Study, cell_dir, record_dir
+
+
+def claim_cell(study: Study, arm: Arm, seed: int) -> Path | None:
+    """Claim a cell for this process: `<record dir>/.claim` holds the claiming process's id, created exclusively.
+    None when a live process holds it (another queue on this machine is training the cell); a claim whose process
+    is gone (killed) is taken over. Several queues can then share one list of studies, one cell each at a time."""
+    out = record_dir(study, arm, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    claim = out / ".claim"
+    for _ in range(2):
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                holder = int(claim.read_text().strip() or 0)
+            except (OSError, ValueError):
+                holder = 0
+            if holder and holder != os.getpid() and _alive(holder):
+                return None
+            claim.unlink(missing_ok=True)  # stale: its process is gone
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return claim
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_queue(
+    studies: list[Study],
+    output_dir: str | Path,
+    evaluate_models: bool = True,
+    seeds: list[int] | None = None,
+    arms: list[str] | None = None,
+) -> None:
+    """Every missing cell of every study, seed-major across the studies (an interrupted queue leaves every arm at
+    about the same number of seeds), each trained, evaluated and recorded before the next starts. A cell another
+    live queue has claimed (`claim_cell`) is left to it, so two queues (e.g. one thread each on two cores, each with
+    its own --output_dir) can work through the same studies. `seeds` / `arms` (names): only those cells of the
+    studies are trained (the studies, and so their tables, keep every seed and arm; a record another study
+    holds is copied for any arm)."""
+    if arms is not None:
+        known = {arm.name for study in studies for arm in study.arms}
+        unknown = [name for name in arms if name not in known]
+        if unknown:
+            raise ValueError(f"arms {unknown} are in none of the studies; their arms: {sorted(known)}")
+    base_done: dict[Path, dict] = {}
+    for seed in sorted({s for study in studies for s in study.seeds}):
+        if seeds is not None and seed not in seeds:
+            continue
+        for study in studies:
+            if seed not in study.seeds:
+                continue
+            for arm in study.arms:
+                # a record another study holds is copied whatever `arms` says (copying trains nothing: a queue
+                # for the rivals alone still gets the shared reference's cells, and so its paired tables)
+                if read_record(study, arm, seed) is not None or share_record(studies, study, arm, seed):
+                    continue
+                if arms is not None and arm.name not in arms:
+                    continue
+                claim = claim_cell(study, arm, seed)
+                if claim is None:
+                    print(f"{study.title} / {arm.name} seed {seed}: another queue has it", flush=True)
+                    continue
+                try:
+                    _run_cell(study, arm, seed, output_dir, evaluate_models, base_done)
+                finally:
+                    claim.unlink(missing_ok=True)
+
+
+def _run_cell(study: Study, arm: Arm, seed: int, output_dir, evaluate_models: bool, base_done: dict) -> None:
+    """Train, evaluate and record one claimed cell (the untrained model's evaluation first, once per study)."""
+    if evaluate_models and not (study.records / "base_passk.json").is_file():
+        if study.records not in base_done:
+            from ...gguf import convert_gguf
+
+            base_done[study.records] = held_out(study, study.arms[0], str(convert_gguf()), output_dir)
+            print(f"untrained: held-out pass@1 {100 * base_done[study.records]['pass@1']:.1f}%", flush=True)
+        study.records.mkdir(parents=True, exist_ok=True)
+        atomic_write(study.records / "base_passk.json", json.dumps(base_done[study.records], sort_keys=True))
+    run = train_cell(study, arm, seed, output_dir)
+    print(f"{study.title} / {arm.name} seed {seed}: trained ({run['seconds']:.0f} s)", flush=True)
+    if not evaluate_models:
+        return
+    folder = cell_dir(study, arm, seed, output_dir)
+    passk = held_out(study, arm, str(folder), output_dir)
+    export_record(study, arm, seed, folder, passk)
+    print(f"{arm.name} seed {seed}: held-out pass@1 {100 * passk['pass@1']:.1f}%, recorded", flush=True)

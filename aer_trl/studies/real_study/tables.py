@@ -1,0 +1,238 @@
+"""The study's statistics and tables from its records alone: each cell's training summary, means with 95% Student-t
+intervals over seeds, differences paired by seed (`study.md`, `study.json`), and their blocks in the docs."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from ...analysis import tokens_table
+from ...io import atomic_write
+from ...stats import interval
+from .figures import plot
+from .records import no_answer_share, read_record
+from .spec import KS, TIER_NAMES, Arm, Study
+
+
+def training_summary(records: list[dict]) -> dict:
+    steps = [r for r in records if "train_runtime" not in r and r.get("reward") is not None]
+
+    def series(key):
+        return [(r["step"], r[key]) for r in steps if r.get(key) is not None]
+
+    def mean_of(key, part):
+        values = [v for _, v in series(key)]
+        return statistics.fmean(part(values)) if values and part(values) else float("nan")
+
+    first, last = (lambda v: v[:5]), (lambda v: v[-5:])
+    # the entropy bonus's coefficient: AER's α, or TRL's own `entropy_coef` where TRL's bonus trains (it logs the
+    # coefficient only then; AER's α is 0 in those runs)
+    coefficient = [(r["step"], r.get("entropy_coef") or r.get("aer/alpha")) for r in steps]
+    coefficient = [(s, v) for s, v in coefficient if v is not None]
+    entropy = series("aer/entropy")
+    targets = [r.get("aer/target_entropy") for r in steps]
+    target = next((t for t in reversed(targets) if t), float("nan"))
+    h0 = next((r["aer/initial_entropy"] for r in steps if r.get("aer/initial_entropy")), float("nan"))
+    second = [(s, h) for s, h in entropy[len(entropy) // 2 :]]
+    distance = [abs(h - target) / target for _, h in second] if target == target and target else []
+    # the same statistic around the run's own median: what a controller that put the median exactly at H* would
+    # score, given how much the entropy of one rollout batch moves from batch to batch
+    centre = statistics.median(h for _, h in second) if second else float("nan")
+    spread = [abs(h - centre) / centre for _, h in second] if centre == centre and centre else []
+    hard = [
+        (s, (r.get("aer/bucket/unsolved/share") or 0) + (r.get("aer/bucket/hard/share") or 0))
+        for s, r in ((r["step"], r) for r in steps)
+    ]
+    return {
+        "reward_first": mean_of("reward", first),
+        "reward_last": mean_of("reward", last),
+        "entropy_first": mean_of("aer/entropy", first),
+        "entropy_last": mean_of("aer/entropy", last),
+        "h0": h0,
+        "target": target,
+        "entropy_ratio": mean_of("aer/entropy", last) / h0 if h0 == h0 and h0 else float("nan"),
+        "target_distance": statistics.median(distance) if distance else float("nan"),
+        "entropy_spread": statistics.median(spread) if spread else float("nan"),
+        "alpha_last": statistics.fmean(last([v for _, v in coefficient])) if coefficient else float("nan"),
+        "length_last": mean_of("completions/mean_length", last),
+        "curves": {
+            "reward": series("reward"),
+            "entropy": entropy,
+            "alpha": coefficient,
+            "length": series("completions/mean_length"),
+            "hard_share": hard,
+            **{f"tier{t}": series(f"lab/accuracy_tier{t}") for t in TIER_NAMES},
+        },
+    }
+
+
+COLUMNS = [
+    ("reward, first 5 steps", lambda c: c["reward_first"]),
+    ("reward, last 5 steps", lambda c: c["reward_last"]),
+    ("H0", lambda c: c["h0"]),
+    ("H, last 5 steps", lambda c: c["entropy_last"]),
+    ("H last / H0", lambda c: c["entropy_ratio"]),
+    ("median \\|H−H*\\|/H* (2nd half)", lambda c: c["target_distance"]),
+    ("its floor: median \\|H−med H\\|/med H", lambda c: c["entropy_spread"]),
+    ("α, last 5 steps", lambda c: c["alpha_last"]),
+    ("length, last 5", lambda c: c["length_last"]),
+]
+
+
+def passk_columns(ks) -> list:
+    cols = [(f"held-out pass@{k}", lambda c, k=k: 100 * c["passk"][f"pass@{k}"]) for k in ks]
+    cols += [
+        (f"{TIER_NAMES[t]} pass@1", lambda c, t=t: 100 * c["passk"]["per_group"][t]["pass@1"]) for t in TIER_NAMES
+    ]
+    cols.append(("no answer (%)", lambda c: 100 * no_answer_share(c["passk"])))
+    return cols
+
+
+def _fmt(mean: float, half: float) -> str:
+    if math.isnan(mean):
+        return "–"
+    return f"{mean:.3g}" if math.isnan(half) else f"{mean:.3g} ± {half:.2g}"
+
+
+def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path | None = None) -> dict:
+    """Tables (`study.md`, `study.json` in the records folder) and the figure, from the cells' records alone."""
+    arms = list(dict.fromkeys(c["method"] for c in cells))
+    ks = [k for k in KS if k <= study.eval_samples]
+    train_cols, eval_cols = COLUMNS, passk_columns(ks)
+    rows = {}
+    for m in arms:
+        mine = [c for c in cells if c["method"] == m]
+        rows[m] = {"seeds": sorted(c["seed"] for c in mine)}
+        rows[m].update({name: interval([f(c) for c in mine]) for name, f in train_cols + eval_cols})
+    paired = {}
+    reference = study.reference or ("grpo" if "grpo" in arms else arms[0])
+    ref = {c["seed"]: c for c in cells if c["method"] == reference}
+    compared = eval_cols[:1] + eval_cols[len(ks) - 1 : len(ks)] + eval_cols[-1:] + train_cols[3:6]
+    top = max(ks)
+    tier_cols = [
+        (f"{TIER_NAMES[t]} pass@{k}", lambda c, t=t, k=k: 100 * c["passk"]["per_group"][t].get(f"pass@{k}", math.nan))
+        for t in TIER_NAMES
+        for k in (1, top)
+    ]
+    for m in arms:
+        if m == reference or not ref:
+            continue
+        mine = {c["seed"]: c for c in cells if c["method"] == m and c["seed"] in ref}
+        paired[m] = {
+            name: interval([f(c) - f(ref[s]) for s, c in sorted(mine.items())]) for name, f in compared + tier_cols
+        }
+        paired[m]["seeds"] = sorted(mine)
+    lines = [f"### {study.title}", ""]
+    lines += ["| arm | seeds | " + " | ".join(n for n, _ in train_cols) + " |", "|---" * (len(train_cols) + 2) + "|"]
+    for m, row in rows.items():
+        lines.append(f"| {m} | {len(row['seeds'])} | " + " | ".join(_fmt(*row[n]) for n, _ in train_cols) + " |")
+    lines += [
+        "",
+        "| model | seeds | " + " | ".join(n for n, _ in eval_cols) + " |",
+        "|---" * (len(eval_cols) + 2) + "|",
+    ]
+    if base is not None:
+        base_cell = {"passk": base}
+        lines.append("| untrained | – | " + " | ".join(f"{f(base_cell):.3g}" for _, f in eval_cols) + " |")
+    for m, row in rows.items():
+        lines.append(f"| {m} | {len(row['seeds'])} | " + " | ".join(_fmt(*row[n]) for n, _ in eval_cols) + " |")
+    blocks = [
+        (f"difference to {reference}, paired by seed", compared),
+        (f"per tier, difference to {reference}", tier_cols),
+    ]
+    for title, cols in blocks if paired else []:
+        names = [n for n, _ in cols]
+        lines += ["", f"| {title} | seeds | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
+        for m, diffs in paired.items():
+            lines.append(
+                f"| {m} − {reference} | {len(diffs['seeds'])} | " + " | ".join(_fmt(*diffs[n]) for n in names) + " |"
+            )
+    settings = {a.name: {"recipe": a.recipe, **study.settings, **a.settings} for a in study.arms}
+    lines += [
+        "",
+        f"Mean over seeds ± half-width of the 95% Student-t interval. Training columns from metrics.jsonl (reward = "
+        f"accuracy; H = token-weighted policy entropy in nats; α = AER's global coefficient, or TRL's entropy_coef "
+        f"for a method with TRL's own entropy bonus; median |H−H*|/H* over the second half of training; its floor: "
+        f"the same statistic around the run's own median entropy, i.e. what a controller holding the median exactly "
+        f"at H* would score given the batch-to-batch spread). Held-out: "
+        f"{study.eval_per_tier} problems per tier, n = {study.eval_samples} samples each, temperature 1, the "
+        "training prompt format, the same sampling seeds for every model; no answer "
+        "= completions with no final-answer marker or one that does not parse. Arms (recipe and settings over it): "
+        + "; ".join(
+            f"`{name}`: {s['recipe']}"
+            + (f" {json.dumps({k: v for k, v in s.items() if k != 'recipe'})}" if len(s) > 1 else "")
+            for name, s in settings.items()
+        )
+        + ".",
+    ]
+    table = "\n".join(lines) + "\n"
+    out = study.records
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "study.md", table)
+    summary = {
+        "title": study.title,
+        "seeds": study.seeds,
+        "reference": reference,
+        "arms": settings,
+        "cells": cells,
+        "base": None if base is None else {**base, "no_answer_share": no_answer_share(base)},
+        "rows": rows,
+        "paired": paired,
+    }
+    atomic_write(out / "study.json", json.dumps(summary, indent=1, sort_keys=True, allow_nan=True) + "\n")
+    if figure is not None:
+        figure.parent.mkdir(parents=True, exist_ok=True)
+        plot(cells, base, figure, ks, study.title)
+    return rows
+
+
+def cell_summary(arm: Arm, seed: int, record: dict) -> dict:
+    return {
+        "method": arm.name,
+        "recipe": arm.recipe,
+        "seed": seed,
+        **training_summary(record["metrics"]),
+        "no_answer_share": no_answer_share(record["passk"]),
+        "passk": record["passk"],
+    }
+
+
+def tables(study: Study) -> dict:
+    """The study's tables and figure from its records alone; {} when no cell has a record yet."""
+    cells = []
+    for seed in study.seeds:
+        for arm in study.arms:
+            record = read_record(study, arm, seed)
+            if record is not None:
+                cells.append(cell_summary(arm, seed, record))
+    if not cells:
+        return {}
+    base_path = study.records / "base_passk.json"
+    base = json.loads(base_path.read_text()) if base_path.is_file() else None
+    for path in sorted(study.records.glob("tokens_seed*.json")):  # studies.tokens' records: which tokens carry H
+        order = ["untrained", *(arm.name for arm in study.arms)]  # the study's order (the JSON's keys are sorted)
+        atomic_write(study.records / f"{path.stem}.md", tokens_table(json.loads(path.read_text()), order))
+    return aggregate(cells, base, study, study.figure)
+
+
+def replace_block(docs: Path, name: str, body: str) -> bool:
+    """Put `body` between `<!-- study:<name> -->` and `<!-- /study:<name> -->` in `docs`; False when the page has no
+    such markers."""
+    start, end = f"<!-- study:{name} -->", f"<!-- /study:{name} -->"
+    text = docs.read_text()
+    if start not in text or end not in text:
+        return False
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    atomic_write(docs, f"{head}{start}\n{body}{end}{tail}")
+    return True
+
+
+def update_docs(docs: Path, study: Study) -> bool:
+    """The study's `study.md` (and its token tables) in its `<!-- study:<folder> -->` block of `docs`."""
+    body = (study.records / "study.md").read_text()
+    for path in sorted(study.records.glob("tokens_seed*.md")):
+        body += "\n" + path.read_text()
+    return replace_block(docs, study.records.name, body)
