@@ -29,48 +29,38 @@ class SharedPromptMixin:
             return super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images=has_tool_images
             )
-        return self._shared_prompt_generate(prompt_ids), None
+        return self._with_shared_prefill(
+            super()._generate_single_turn, prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+        )
 
-    def _shared_prompt_generate(self, prompt_ids: list[list[int]]) -> list[list[int]]:
-        """TRL's regular `generate` rollout (the same left padding, generation config and EOS cut) with each distinct
-        prompt's prefill run once (all but its last token) and its KV cache indexed out to the rows that share it
-        (`cache.batch_select_indices`), so sampling starts from the same states as TRL's: same distribution, and the
-        same tokens for the same seed up to float rounding of the prefill (tests/test_shared_generation.py)."""
-        from trl.models import unwrap_model_for_generation
-        from trl.trainer.utils import pad
+    def _with_shared_prefill(self, rollout, *args):
+        """Runs TRL's own rollout (`rollout(*args)`: its padding, generation config, ZeRO-3 gathering and EOS cut)
+        with the unwrapped model's `generate` wrapped for the call: each distinct prompt row's prefill (all but its
+        last token) runs once and its KV cache is indexed out to the rows that share it (`cache.batch_select_indices`),
+        so sampling starts from the same states as TRL's: same distribution, and the same tokens for the same seed up
+        to float rounding of the prefill (tests/test_shared_generation.py)."""
+        model = self.accelerator.unwrap_model(self.model_wrapped)  # what TRL's unwrap_model_for_generation yields
+        own = model.__dict__.get("generate")
+        generate = model.generate
 
-        device = self.accelerator.device
-        keys = [tuple(ids) for ids in prompt_ids]
-        order = list(dict.fromkeys(keys))
-        inverse = torch.tensor([order.index(k) for k in keys], device=device)
-        tensors = [torch.tensor(k) for k in order]
-        padding = {"padding_side": "left", "pad_to_multiple_of": self.pad_to_multiple_of}
-        ids = pad(tensors, padding_value=self._tokenizer.pad_token_id, **padding).to(device)
-        mask = pad([torch.ones_like(t) for t in tensors], padding_value=0, **padding).to(device)
-        with (
-            unwrap_model_for_generation(
-                self.model_wrapped,
-                self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                generation_kwargs=self.generation_kwargs,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as unwrapped_model,
-            torch.no_grad(),
-            self._dist.summon_full_params(self.model_wrapped, recurse=False),
-        ):
-            cache = prefill(unwrapped_model, ids, mask, inverse) if ids.size(1) > 1 else None
-            out = unwrapped_model.generate(
-                input_ids=ids[inverse],
-                attention_mask=mask[inverse],
-                generation_config=self.generation_config,
-                **({cache_kwarg(unwrapped_model): cache} if cache is not None else {}),
-            )
-        completion_ids = out[:, ids.size(1) :]
-        is_eos = torch.isin(completion_ids, torch.tensor(self.eos_token_ids, device=completion_ids.device))
-        eos_idx = torch.full((is_eos.size(0),), is_eos.size(1), dtype=torch.long, device=completion_ids.device)
-        eos_idx[is_eos.any(dim=1)] = is_eos.int().argmax(dim=1)[is_eos.any(dim=1)]
-        keep = torch.arange(is_eos.size(1), device=completion_ids.device).unsqueeze(0) <= eos_idx.unsqueeze(1)
-        return [c[m].tolist() for c, m in zip(completion_ids.cpu(), keep.cpu(), strict=True)]
+        def shared_generate(input_ids, attention_mask, **kwargs):
+            keys = [tuple(row) for row in torch.cat([input_ids, attention_mask], 1).tolist()]
+            order = {key: i for i, key in enumerate(dict.fromkeys(keys))}  # distinct rows, in order of appearance
+            width = input_ids.size(1)
+            if width > 1 and len(order) < len(keys):
+                rows = torch.tensor(list(order), dtype=input_ids.dtype, device=input_ids.device)
+                inverse = torch.tensor([order[key] for key in keys], device=input_ids.device)
+                kwargs[cache_kwarg(model)] = prefill(model, rows[:, :width], rows[:, width:], inverse)
+            return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+        model.generate = shared_generate
+        try:
+            return rollout(*args)
+        finally:
+            if own is None:
+                del model.generate
+            else:
+                model.generate = own
 
     # Every keyword TRL passes to `_get_per_token_logps_and_entropies` (trl 1.16), as an allow-list: these, when set,
     # send the batch to TRL's own forward (multimodal inputs); an unknown one is refused, so a keyword a later TRL

@@ -32,8 +32,14 @@ def _both(trainer, prompt_ids, seed):
     return ours, theirs, logprobs
 
 
-def test_same_seed_same_tokens_as_trls_generate(trainer):
+def test_same_seed_same_tokens_as_trls_generate(trainer, monkeypatch):
+    from aer_trl import shared_prompt
+
     prompt_ids = _prompt_ids(trainer.processing_class, ["12+3=", "7+5=", "101+9="], 4)
+    prefilled, prefill = [], shared_prompt.prefill
+    monkeypatch.setattr(
+        shared_prompt, "prefill", lambda m, ids, *a: prefilled.append(ids.size(0)) or prefill(m, ids, *a)
+    )
     same = total = 0
     for seed in range(10):
         ours, theirs, logprobs = _both(trainer, prompt_ids, seed)
@@ -43,11 +49,13 @@ def test_same_seed_same_tokens_as_trls_generate(trainer):
     # float rounding of a 3-row prefill against a 12-row one may flip a rare draw; nearly every row must agree
     # (total variation between the two samplers' distributions <= the share of rows that differ)
     assert same / total >= 0.95, f"{same}/{total} rows equal"
+    assert prefilled == [3] * 10  # TRL's rollout ran with the 3 distinct prompts prefilled once each
+    assert "generate" not in trainer.accelerator.unwrap_model(trainer.model_wrapped).__dict__  # the wrapper is gone
 
 
 def test_trls_path_where_it_does_not_apply(trainer, monkeypatch):
     calls = []
-    monkeypatch.setattr(trainer, "_shared_prompt_generate", lambda ids: calls.append(ids) or [[1]] * len(ids))
+    monkeypatch.setattr(trainer, "_with_shared_prefill", lambda rollout, ids, *a: calls.append(ids) or ([[1]], None))
     distinct = [trainer.processing_class(t)["input_ids"] for t in ["1+1=", "2+2="]]
     trainer._generate_single_turn(distinct, None, {}, 1)  # no prompt repeated: nothing to share
     trainer.args.share_prompt_generation = False

@@ -37,6 +37,10 @@ class RecordingTrainer(AERGRPOTrainer):
         self.shared_forwards = getattr(self, "shared_forwards", 0) + (out is not None)
         return out
 
+    def _with_shared_prefill(self, *args):
+        self.shared_rollouts = getattr(self, "shared_rollouts", 0) + 1
+        return super()._with_shared_prefill(*args)
+
     def _calculate_rewards(self, *args, **kwargs):
         rewards = super()._calculate_rewards(*args, **kwargs)
         self._recorded_rewards = rewards[:, 0].tolist()
@@ -52,6 +56,7 @@ def main():
     parser.add_argument("--use_cpu", default="true", help="'false' on a GPU (tests/test_gpu.py)")
     parser.add_argument("--bf16", default="false")
     parser.add_argument("--share_prompt_forward", default="false", help="'true': each rank's shared prompt once")
+    parser.add_argument("--share_prompt_generation", default="false", help="'true': each rank's prompt prefilled once")
     cli = parser.parse_args()
     passk = None
     if cli.eval_bench:
@@ -75,6 +80,7 @@ def main():
         use_cpu=cli.use_cpu.lower() == "true",
         bf16=cli.bf16.lower() == "true",
         share_prompt_forward=cli.share_prompt_forward.lower() == "true",
+        share_prompt_generation=cli.share_prompt_generation.lower() == "true",
     )
     trainer = RecordingTrainer(
         model=helpers.make_model(tokenizer, hidden_size=64),
@@ -98,6 +104,7 @@ def main():
         "deepspeed": trainer.is_deepspeed_enabled,
         "sharded": sharded,
         "shared_forwards": getattr(trainer, "shared_forwards", 0),  # micro-batches through the shared prompt path
+        "shared_rollouts": getattr(trainer, "shared_rollouts", 0),  # rollouts with the shared prefill
         "rollouts": trainer.rollouts,
         "history": trainer.aer_callback.controller.history,
         "initial_entropy": trainer.aer_callback.initial_entropy,
