@@ -40,7 +40,7 @@ def _local_base(base: str | None) -> str:
 
 
 def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **kwargs) -> None:
-    """TRL's model card for the method actually trained. With AER's outputs off (a non-AER method, `aer_telemetry`
+    """TRL's model card for the method actually trained. With AER's outputs off (a non-AER method, `aer_measurements`
     unset) that is all: the card TRL writes, under the method's title. Otherwise it cites the AER paper (for the AER
     methods), links only what exists (a Hub base model, a Hub data set), and adds a section with the method's
     settings (and AER's controller state)."""
@@ -50,7 +50,7 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
     tags = [tags] if isinstance(tags, str) else list(tags or [])
     trainer._name = spec.title
     trainer._paper = AER_PAPER if aer else GRPOTrainer._paper
-    telemetry = trainer.args.aer_telemetry
+    telemetry = trainer.args.aer_measurements
     extra = [] if method == "grpo" and not telemetry else [method]  # TRL's own card names no method for plain GRPO
     GRPOTrainer.create_model_card(
         trainer, model_name=model_name, dataset_name=hub_dataset_id(dataset_name), tags=[*tags, *extra], **kwargs

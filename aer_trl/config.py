@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .compat import has_activation_checkpointing
-from .config_checks import validate_aer
+from .config_checks import renamed_keys_message, validate_aer
 from .registry import TOKEN_LEVEL_LOSSES, get_method, methods
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class AERConfig(GRPOConfig):
             + "."
         },
     )
-    aer_telemetry: bool | None = field(
+    aer_measurements: bool | None = field(
         default=None,
         metadata={
             "help": "AER's outputs: the entropy controller's measurements and per-difficulty telemetry (aer/* "
@@ -245,16 +246,16 @@ class AERConfig(GRPOConfig):
             "controller's measured entropy H_t stays the mean over every token."
         },
     )
-    entropy_target_ratio: float | None = field(
+    aer_trl_target_ratio: float | None = field(
         default=None,
         metadata={
             "help": "TRL's adaptive entropy control (`use_adaptive_entropy`, method skywork) with its target anchored "
-            "as AER anchors H*: `entropy_target` becomes entropy_target_ratio × H0, H0 the entropy of the first "
+            "as AER anchors H*: `entropy_target` becomes aer_trl_target_ratio × H0, H0 the entropy of the first "
             "rollout batch (replacing the absolute entropy_target from then on; the first step decides as that "
-            "target would). Needs aer_telemetry (AER's measurement of H0). None: TRL's absolute entropy_target."
+            "target would). Needs aer_measurements (AER's measurement of H0). None: TRL's absolute entropy_target."
         },
     )
-    aer_target_entropy: float | None = field(
+    aer_fixed_target: float | None = field(
         default=None,
         metadata={"help": "Absolute target entropy H* > 0 in nats; overrides τ · H0 when set."},
     )
@@ -368,12 +369,12 @@ class AERConfig(GRPOConfig):
                         f"without the AER bonus (leave {name} unset)"
                     )
             self.aer_adaptive, self.aer_difficulty_aware = False, False  # telemetry measures entropy with α = 0
-        if self.aer_telemetry is None:
-            self.aer_telemetry = method.aer
-        elif method.aer and not self.aer_telemetry:
+        if self.aer_measurements is None:
+            self.aer_measurements = method.aer
+        elif method.aer and not self.aer_measurements:
             raise ValueError(
-                f"aer_telemetry=False: method={self.method!r} needs the entropy measurement it controls α with "
-                "(aer_telemetry only switches AER's outputs off for the other methods)"
+                f"aer_measurements=False: method={self.method!r} needs the entropy measurement it controls α with "
+                "(aer_measurements only switches AER's outputs off for the other methods)"
             )
         if not method.trl_entropy and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
             what = (
@@ -389,7 +390,7 @@ class AERConfig(GRPOConfig):
         if method.configure is not None:
             method.configure(self)
         # what the method chose; for a non-AER method the AER switches resolving to off is not a choice worth logging
-        quiet = () if method.aer else ("aer_adaptive", "aer_difficulty_aware", "aer_telemetry")
+        quiet = () if method.aer else ("aer_adaptive", "aer_difficulty_aware", "aer_measurements")
         self._method_settings = {
             k: getattr(self, k) for k, v in before.items() if getattr(self, k) != v and k not in quiet
         }
@@ -426,3 +427,17 @@ class AERConfig(GRPOConfig):
         if values.get("steps_per_generation") is not None:
             values.pop("generation_batch_size", None)  # derived from steps_per_generation by GRPOConfig
         return cls(**{**values, **aer_fields})
+
+
+_dataclass_init = AERConfig.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init_refusing_renamed_keys(self, *args, **kwargs):
+    message = renamed_keys_message(kwargs, "AERConfig")
+    if message:
+        raise TypeError(message)
+    _dataclass_init(self, *args, **kwargs)
+
+
+AERConfig.__init__ = _init_refusing_renamed_keys

@@ -6,6 +6,23 @@ import math
 
 from .controller import STEPS
 
+# Keys renamed before the first release, old -> new. An old key is refused with the new name wherever a setting
+# comes in (AERConfig(...), a recipe file, a command-line flag); the real-LLM studies' records trained under the
+# old names keep their identity (studies/real_study/spec.py: `settings_hash`).
+RENAMED_KEYS = {
+    "aer_telemetry": "aer_measurements",  # it switches AER's measurements (and their outputs) on for any method
+    "aer_target_entropy": "aer_fixed_target",  # one name for a fixed H* (the controller's `fixed_target`)
+    "entropy_target_ratio": "aer_trl_target_ratio",  # ours, over TRL's `entropy_target`: not one of TRL's keys
+}
+
+
+def renamed_keys_message(keys, where: str) -> str | None:
+    """What to say when `keys` (setting names) holds a renamed one, else None."""
+    old = [k for k in keys if k in RENAMED_KEYS]
+    if not old:
+        return None
+    return f"{where}: " + "; ".join(f"`{k}` is now `{RENAMED_KEYS[k]}`" for k in old) + " (renamed in aer_trl 0.1.0)"
+
 
 def validate_aer(self) -> None:
     """Raises ValueError naming the field when an AER setting of `self` (an AERConfig) is out of range."""
@@ -63,22 +80,22 @@ def validate_aer(self) -> None:
             f"aer_anchor_probe ({self.aer_anchor_probe}) and aer_anchor_rollouts ({self.aer_anchor_rollouts}) are "
             "two anchors for H0: set one"
         )
-    if self.aer_anchor_probe and not self.aer_telemetry:
-        raise ValueError("aer_anchor_probe measures AER's H0: it needs aer_telemetry (an AER method)")
+    if self.aer_anchor_probe and not self.aer_measurements:
+        raise ValueError("aer_anchor_probe measures AER's H0: it needs aer_measurements (an AER method)")
     if finite("aer_eps", self.aer_eps) <= 0:
         raise ValueError(f"aer_eps must be > 0, got {self.aer_eps}")
     finite("aer_correctness_threshold", self.aer_correctness_threshold)
-    if self.entropy_target_ratio is not None:
-        if finite("entropy_target_ratio", self.entropy_target_ratio) <= 0:
-            raise ValueError(f"entropy_target_ratio must be > 0 or None, got {self.entropy_target_ratio}")
-        if not (self.use_adaptive_entropy and self.aer_telemetry):
+    if self.aer_trl_target_ratio is not None:
+        if finite("aer_trl_target_ratio", self.aer_trl_target_ratio) <= 0:
+            raise ValueError(f"aer_trl_target_ratio must be > 0 or None, got {self.aer_trl_target_ratio}")
+        if not (self.use_adaptive_entropy and self.aer_measurements):
             raise ValueError(
-                "entropy_target_ratio anchors TRL's adaptive entropy target at H0: it needs use_adaptive_entropy "
-                f"(got {self.use_adaptive_entropy}; method skywork sets it) and aer_telemetry (got "
-                f"{self.aer_telemetry}) to measure H0"
+                "aer_trl_target_ratio anchors TRL's adaptive entropy target at H0: it needs use_adaptive_entropy "
+                f"(got {self.use_adaptive_entropy}; method skywork sets it) and aer_measurements (got "
+                f"{self.aer_measurements}) to measure H0"
             )
-    if self.aer_target_entropy is not None and finite("aer_target_entropy", self.aer_target_entropy) <= 0:
-        raise ValueError(f"aer_target_entropy must be > 0 or None, got {self.aer_target_entropy}")
+    if self.aer_fixed_target is not None and finite("aer_fixed_target", self.aer_fixed_target) <= 0:
+        raise ValueError(f"aer_fixed_target must be > 0 or None, got {self.aer_fixed_target}")
     if isinstance(self.aer_correctness_reward, str) and self.aer_correctness_reward.lstrip("-").isdigit():
         self.aer_correctness_reward = int(self.aer_correctness_reward)  # the CLI passes indices as strings
     if self.num_generations is not None and self.num_generations < 2:

@@ -206,19 +206,19 @@ class AERController:
     """Holds the global coefficient α, the initial entropy H0 and the target H* (C2 + C3).
 
     ``observe(entropy)`` is called once per AER iteration (one rollout batch) with the measured policy entropy:
-    the first call anchors H0 and H* = τ·H0 (unless ``absolute_target`` is given), then α is updated.
+    the first call anchors H0 and H* = τ·H0 (unless ``fixed_target`` is given), then α is updated.
     With ``anchor_rollouts = k > 1`` (ours, not the paper's: `AERConfig.aer_anchor_rollouts`), H0 is the mean of the
     first k measurements and α stays at its initial value until H0 is known (there is no target before it).
 
-    Names: ``target`` is H* (what α steers towards); ``absolute_target`` is the optional fixed H* that replaces τ·H0
-    (``AERConfig.aer_target_entropy``).
+    Names: ``target`` is H* (what α steers towards); ``fixed_target`` is the optional fixed H* that replaces τ·H0
+    (``AERConfig.aer_fixed_target``).
     """
 
     tau: float = 0.4
     eta: float = 0.005
     alpha: float = 0.0
     alpha_max: float | None = None
-    absolute_target: float | None = None
+    fixed_target: float | None = None
     adaptive: bool = True
     initial_entropy: float | None = None
     anchor_rollouts: int = 1
@@ -241,8 +241,8 @@ class AERController:
     @property
     def target(self) -> float | None:
         """H*: the absolute target when set, else τ·H0 (None before the first measurement)."""
-        if self.absolute_target is not None:
-            return self.absolute_target
+        if self.fixed_target is not None:
+            return self.fixed_target
         if self.initial_entropy is None:
             return None
         return self.tau * self.initial_entropy

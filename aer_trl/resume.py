@@ -25,6 +25,11 @@ class ResumeMixin:
         checkpoint's. Every setting that differs from the checkpoint's is named in a warning, with whether it applies
         (`OPTIMIZER_STATE_FIELDS` do not: transformers restores the optimizer's param groups as saved)."""
         live = next((cb for cb in self.callback_handler.callbacks if isinstance(cb, AERCallback)), None)
+        stored = self.state.stateful_callbacks.get(AERCallback.__name__)
+        for entry in stored if isinstance(stored, list) else [stored] if stored else []:
+            arguments = entry.get("args", {})  # a checkpoint saved before the rename, rebuilt by transformers
+            if "absolute_target" in arguments:
+                arguments["fixed_target"] = arguments.pop("absolute_target")
         super()._load_callback_state()
         data = self.state.stateful_callbacks.get(AERCallback.__name__)
         # A stateful callback the checkpoint did not have (resuming AER from a plain GRPO checkpoint, a PassAtKCallback
@@ -41,7 +46,7 @@ class ResumeMixin:
             self.callback_handler.add_callback(live)
         if not data:
             logger.warning(
-                "resuming from a checkpoint without AER's controller state (trained with aer_telemetry off?): α "
+                "resuming from a checkpoint without AER's controller state (trained with aer_measurements off?): α "
                 "starts at aer_alpha_init=%s and H0 is measured on the first rollout batch after step %d",
                 self.args.aer_alpha_init,
                 self.state.global_step,
@@ -50,7 +55,7 @@ class ResumeMixin:
         data = data[0] if isinstance(data, list) else data
         live.controller_state = data["attributes"]["controller_state"]
         history = live.controller.history
-        if history:  # entropy_target_ratio: anchored at the first rollout batch's entropy (or the probe's), as before
+        if history:  # aer_trl_target_ratio: anchored at the first rollout batch's entropy (or the probe's), as before
             probed = self.args.aer_anchor_probe and live.initial_entropy is not None
             self._anchor_trl_entropy_target(live.initial_entropy if probed else history[0]["entropy"])
         saved = data["attributes"].get("settings")

@@ -85,7 +85,7 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
                 f"{type(args).__name__}"
             )
         callbacks = list(callbacks or [])
-        if args.aer_telemetry:  # off (a non-AER method, not asked for): nothing of AER's, as trl.GRPOTrainer
+        if args.aer_measurements:  # off (a non-AER method, not asked for): nothing of AER's, as trl.GRPOTrainer
             if not any(isinstance(cb, AERCallback) for cb in callbacks):
                 callbacks.append(AERCallback.from_args(args))
             for cb in callbacks:
@@ -112,10 +112,10 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
         self._aer_last_metrics: dict[str, float] = {}  # last logged aer/* values, repeated on steps without new ones
         self.aer_resume_changes: dict[str, tuple] = {}  # settings that differ from the checkpoint resumed from
         self._aer_token_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
-        if args.entropy_target_ratio is not None:
+        if args.aer_trl_target_ratio is not None:
             # until H0 is measured, a target on the side of H0 that τ·H0 is on: TRL's step-1 update then decides as
             # the anchored target would (up when ratio >= 1, down otherwise)
-            self.args.entropy_target = math.inf if args.entropy_target_ratio >= 1 else 0.0
+            self.args.entropy_target = math.inf if args.aer_trl_target_ratio >= 1 else 0.0
 
     # ------------------------------------------------------------------------------------------------ controller
     @property
@@ -124,10 +124,10 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
         for cb in self.callback_handler.callbacks:
             if isinstance(cb, AERCallback):
                 return cb
-        if not self.args.aer_telemetry:
+        if not self.args.aer_measurements:
             raise RuntimeError(
-                f"method={self.args.method!r} trains without AER's controller (aer_telemetry is off); set "
-                "aer_telemetry=True to measure entropy as AER does"
+                f"method={self.args.method!r} trains without AER's controller (aer_measurements is off); set "
+                "aer_measurements=True to measure entropy as AER does"
             )
         raise RuntimeError("AERGRPOTrainer needs an AERCallback in its callbacks; it was removed")
 
@@ -150,9 +150,9 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
         ):
             probe = self._aer_probe_entropy()
             self.aer_callback.controller.anchor(probe)
-            self._anchor_trl_entropy_target(probe)  # entropy_target_ratio anchors at the same H0
+            self._anchor_trl_entropy_target(probe)  # aer_trl_target_ratio anchors at the same H0
         output = super()._generate_and_score_completions(inputs)
-        if not self.args.aer_telemetry:
+        if not self.args.aer_measurements:
             self._aer_gathered_rewards = None
             return output
         mode = "train" if self.model.training else "eval"
@@ -241,7 +241,7 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         hook = self._aer_method.token_hook is not None
-        if not (hook or self.args.aer_telemetry):
+        if not (hook or self.args.aer_measurements):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)  # TRL's loss, untouched
         if hook:
             inputs = dict(inputs)  # a shallow copy: the buffered rollout batch is left as it was
@@ -270,7 +270,7 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
             lam = lam.to(device=seq_entropy.device, dtype=seq_entropy.dtype, non_blocking=True)
             loss = loss - (lam * seq_entropy).mean() / accumulation_factor
 
-        if mode == "train" and self.args.aer_telemetry:
+        if mode == "train" and self.args.aer_measurements:
             # [Σ H, token count, then Σ H and token count per difficulty bucket]: summed over micro-batches and
             # reduced over processes together at the end of the rollout batch
             seq_sum, seq_count = (entropies.detach() * mask).sum(-1).float(), mask.sum(-1).float()
@@ -288,7 +288,7 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
 
     def training_step(self, model, inputs, num_items_in_batch):
         loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.args.aer_telemetry and self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
+        if self.args.aer_measurements and self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
             self._aer_finish_iteration()
         return loss
 
@@ -310,10 +310,10 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
                 self._metrics["train"][f"aer/bucket/{name}/entropy"].append(stats[2 + b] / stats[2 + n + b])
 
     def _anchor_trl_entropy_target(self, entropy: float) -> None:
-        """`entropy_target_ratio`: TRL's adaptive entropy target = ratio × H0, H0 the first rollout batch's entropy
+        """`aer_trl_target_ratio`: TRL's adaptive entropy target = ratio × H0, H0 the first rollout batch's entropy
         (the anchor AER's controller takes with its defaults) or the `aer_anchor_probe`'s; set once, kept through a
         resume (the controller's H0 is checkpointed)."""
-        ratio = self.args.entropy_target_ratio
+        ratio = self.args.aer_trl_target_ratio
         if ratio is None or getattr(self, "_trl_target_anchored", False) or not math.isfinite(entropy):
             return
         self.args.entropy_target = ratio * entropy
@@ -328,7 +328,7 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
 
     # ------------------------------------------------------------------------------------------------ logging
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.args.aer_telemetry and not any(key.startswith("eval_") for key in logs):
+        if self.args.aer_measurements and not any(key.startswith("eval_") for key in logs):
             # a logging step without a new rollout batch (steps_per_generation > gradient_accumulation_steps) still
             # carries every aer/* metric: the value of the last rollout batch (TRL's fresh averages replace these)
             for key, values in self._metrics["train"].items():

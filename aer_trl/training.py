@@ -17,7 +17,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from .config import AERConfig
+from .config_checks import renamed_keys_message
 from .engine import engine_sampler
 from .evaluation import PassAtKCallback
 from .evaluation.harness import check_model
@@ -290,6 +293,14 @@ def parse_recipe(args: list[str]):
     that override it), as `recipes/train.py` parses them."""
     from trl import ModelConfig, TrlParser
 
+    flags = [a[2:].split("=", 1)[0] for a in args if a.startswith("--")]
+    message = renamed_keys_message(flags, "command line")
+    if "--config" in args and args.index("--config") + 1 < len(args):
+        config = Path(args[args.index("--config") + 1])
+        if config.is_file():
+            message = message or renamed_keys_message(yaml.safe_load(config.read_text()) or {}, str(config))
+    if message:
+        raise ValueError(message)
     return TrlParser((AERScriptArguments, AERConfig, ModelConfig)).parse_args_and_config(args=args)
 
 

@@ -39,19 +39,19 @@ SETTINGS = {
 }
 
 
-_MEASURED_ONLY = "# AER's keys: measurements only here (aer_telemetry: H* = aer_tau x H0), no bonus"
+_MEASURED_ONLY = "# AER's keys: measurements only here (aer_measurements: H* = aer_tau x H0), no bonus"
 
 
 def _drop_aer(lines: list[str], telemetry: bool) -> list[str]:
     """A baseline's copy of aer.yaml without AER's part: the comment lines that begin with "AER", and the comment
-    block right above the AER keys. The keys go too, unless the recipe keeps AER's measurements on (aer_telemetry:
+    block right above the AER keys. The keys go too, unless the recipe keeps AER's measurements on (aer_measurements:
     its target distance uses aer_tau), where one line says what they are for."""
     out, block = [], []
     for line in lines:
         if line.startswith("#"):
             block.append(line)
             continue
-        if line.startswith("aer_") and not line.startswith("aer_telemetry:"):
+        if line.startswith("aer_") and not line.startswith("aer_measurements:"):
             if block:
                 block = [_MEASURED_ONLY] * telemetry
             if telemetry:
@@ -70,7 +70,7 @@ def render(base_text: str, method: str, lab: bool) -> str:
     if spec.recipe_note:
         out.append(f"# {spec.recipe_note}")
     if not spec.aer:
-        lines = _drop_aer(lines, telemetry=any(line.startswith("aer_telemetry: true") for line in lines))
+        lines = _drop_aer(lines, telemetry=any(line.startswith("aer_measurements: true") for line in lines))
     for line in lines:
         if line.startswith("#") and "--config" in line:
             line = line.replace("/aer.yaml", f"/{method}.yaml")

@@ -30,7 +30,7 @@ def test_local_data_is_named_not_linked(tmp_path, dataset_name):
 
 
 def test_a_baseline_with_telemetry_has_its_section_without_aer_settings(tmp_path):
-    card = _card(tmp_path, "lab", method="clip_higher", aer_telemetry=True)
+    card = _card(tmp_path, "lab", method="clip_higher", aer_measurements=True)
     assert "## Training method: GRPO with Clip-Higher (DAPO)" in card and "`clip_higher` baseline" in card
     assert "final α" not in card and "ρ (pivot accuracy)" not in card
 

@@ -26,8 +26,8 @@ BASE = dict(output_dir="/tmp/aer-config-test", use_cpu=True, bf16=False, report_
         ({"aer_eps": 0.0}, "aer_eps must be > 0"),
         ({"aer_correctness_threshold": math.nan}, "aer_correctness_threshold must be a finite number"),
         ({"aer_correctness_threshold": math.inf}, "aer_correctness_threshold must be a finite number"),
-        ({"aer_target_entropy": 0.0}, "aer_target_entropy must be > 0"),
-        ({"aer_target_entropy": -math.inf}, "aer_target_entropy must be a finite number"),
+        ({"aer_fixed_target": 0.0}, "aer_fixed_target must be > 0"),
+        ({"aer_fixed_target": -math.inf}, "aer_fixed_target must be a finite number"),
         ({"aer_bonus_quantile": 0.0}, r"aer_bonus_quantile must be in \(0, 1\]"),
         ({"aer_bonus_quantile": 1.2}, r"aer_bonus_quantile must be in \(0, 1\]"),
         ({"aer_anchor_rollouts": 0}, "aer_anchor_rollouts must be an integer >= 1"),
@@ -49,7 +49,7 @@ def test_invalid_values_raise_clear_errors(overrides, message):
 def test_defaults_are_the_papers():
     cfg = AERConfig(**BASE)
     assert (cfg.aer_rho, cfg.aer_tau, cfg.aer_eta, cfg.aer_alpha_init) == (0.2, 0.4, 0.005, 0.0)
-    assert cfg.aer_difficulty_aware and cfg.aer_adaptive and cfg.aer_target_entropy is None
+    assert cfg.aer_difficulty_aware and cfg.aer_adaptive and cfg.aer_fixed_target is None
     assert cfg.aer_bonus_quantile == 1.0 and cfg.aer_anchor_rollouts == 1  # ours, off unless asked for
     assert cfg.aer_anchor_probe == 0
 
@@ -134,3 +134,27 @@ def test_run_settings_are_what_shapes_the_model_not_bookkeeping(tmp_path):
     assert {"learning_rate", "num_generations", "seed", "aer_rho", "temperature"} <= a.keys()
     assert settings_changes(a, b) == {"aer_tau": (0.4, 0.3)}
     assert settings_changes({"gone": 1, "aer_tau": 0.4}, b) == {"aer_tau": (0.4, 0.3)}  # fields of another version
+
+
+def test_renamed_keys_are_refused_with_their_new_names(tmp_path):
+    """A key renamed before 0.1.0 (`config_checks.RENAMED_KEYS`) is refused wherever a setting comes in -- the
+    constructor, a recipe file, a command-line flag -- with the new name, never silently dropped or taken."""
+    from aer_trl.config_checks import RENAMED_KEYS
+    from aer_trl.training import parse_recipe
+
+    assert RENAMED_KEYS == {
+        "aer_telemetry": "aer_measurements",
+        "aer_target_entropy": "aer_fixed_target",
+        "entropy_target_ratio": "aer_trl_target_ratio",
+    }
+    with pytest.raises(TypeError, match="`aer_target_entropy` is now `aer_fixed_target`"):
+        make_config(tmp_path, aer_target_entropy=1.0)
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("method: aer\naer_telemetry: true\n")
+    with pytest.raises(ValueError, match=r"old\.yaml: `aer_telemetry` is now `aer_measurements`"):
+        parse_recipe(["--config", str(recipe), "--output_dir", str(tmp_path)])
+    with pytest.raises(ValueError, match="command line: `entropy_target_ratio` is now `aer_trl_target_ratio`"):
+        parse_recipe(["--output_dir", str(tmp_path), "--entropy_target_ratio=0.4"])
+    for new in RENAMED_KEYS.values():
+        assert new in AERConfig.__dataclass_fields__
+    assert not set(RENAMED_KEYS) & set(AERConfig.__dataclass_fields__)

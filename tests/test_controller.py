@@ -132,8 +132,8 @@ def test_controller_anchors_h0_then_tracks_target():
     assert ctrl.initial_entropy == 2.0 and ctrl.iteration == 5
 
 
-def test_controller_absolute_target_and_non_adaptive():
-    ctrl = AERController(tau=0.5, eta=0.1, alpha=0.3, absolute_target=3.0)
+def test_controller_fixed_target_and_non_adaptive():
+    ctrl = AERController(tau=0.5, eta=0.1, alpha=0.3, fixed_target=3.0)
     ctrl.observe(2.0)
     assert ctrl.target == 3.0 and ctrl.alpha == pytest.approx(0.4)
     fixed = AERController(alpha=0.3, adaptive=False)
@@ -157,7 +157,7 @@ def test_controller_state_round_trip():
 
 
 def test_the_pre_release_spelling_is_gone():
-    """`target_entropy` was renamed `absolute_target` before 0.1.0: the old keyword is refused by name."""
+    """`target_entropy` was renamed `fixed_target` before 0.1.0: the old keyword is refused by name."""
     from aer_trl import AERCallback
 
     with pytest.raises(TypeError, match="target_entropy"):

@@ -52,7 +52,7 @@ def test_trls_method_trains_logs_and_writes_its_card_exactly_as_trl(tmp_path):
     reference = _trainer(GRPOTrainer, GRPOConfig(**common))
     reference.train()
     ours = _trainer(AERGRPOTrainer, AERConfig(**common, method="grpo"))  # same output_dir: the card names it
-    assert ours.args.aer_telemetry is False
+    assert ours.args.aer_measurements is False
     ours.train()
     logs = [[r for r in t.state.log_history if "loss" in r] for t in (reference, ours)]
     assert [r["loss"] for r in logs[0]] == [r["loss"] for r in logs[1]]
@@ -66,12 +66,12 @@ def test_trls_method_trains_logs_and_writes_its_card_exactly_as_trl(tmp_path):
     assert _card(ours, tmp_path / "trl") == fixed
 
     measured = _trainer(
-        AERGRPOTrainer, helpers.make_config(tmp_path / "m", max_steps=2, method="grpo", aer_telemetry=True)
+        AERGRPOTrainer, helpers.make_config(tmp_path / "m", max_steps=2, method="grpo", aer_measurements=True)
     )
     measured.train()
     assert [r["loss"] for r in measured.state.log_history if "loss" in r] == [r["loss"] for r in logs[0]]
     assert "aer/entropy" in measured.state.log_history[0] and (tmp_path / "m" / "metrics.jsonl").exists()
-    with pytest.raises(RuntimeError, match="aer_telemetry is off"):
+    with pytest.raises(RuntimeError, match="aer_measurements is off"):
         _ = ours.aer_callback
 
 
@@ -111,7 +111,7 @@ def test_a_stop_inside_a_rollout_batch_writes_no_checkpoint_there_and_resumes_ex
             save_steps=2,
             aer_alpha_init=0.05,
             aer_eta=0.05,
-            aer_target_entropy=100.0,  # entropy always below target: α rises once per rollout batch
+            aer_fixed_target=100.0,  # entropy always below target: α rises once per rollout batch
         )
 
     full = _trainer(AERGRPOTrainer, config(tmp_path / "full", 6))
@@ -137,10 +137,10 @@ def test_a_stop_inside_a_rollout_batch_writes_no_checkpoint_there_and_resumes_ex
 
 @pytest.mark.parametrize("ratio", [0.9, 1.05])  # the tiny model's entropy stays above 0.9·H0, below 1.05·H0
 def test_trls_adaptive_entropy_with_its_target_anchored_at_h0(tmp_path, ratio):
-    """`entropy_target_ratio` (method skywork): TRL's adaptive entropy control trains exactly as with
+    """`aer_trl_target_ratio` (method skywork): TRL's adaptive entropy control trains exactly as with
     entropy_target = ratio × H0 given from the start, H0 being the first rollout batch's entropy."""
-    common = dict(method="skywork", aer_telemetry=True, max_steps=4, entropy_coef_delta=0.05)
-    anchored = _trainer(AERGRPOTrainer, helpers.make_config(tmp_path / "a", entropy_target_ratio=ratio, **common))
+    common = dict(method="skywork", aer_measurements=True, max_steps=4, entropy_coef_delta=0.05)
+    anchored = _trainer(AERGRPOTrainer, helpers.make_config(tmp_path / "a", aer_trl_target_ratio=ratio, **common))
     anchored.train()
     h0 = anchored.aer_callback.controller.history[0]["entropy"]
     assert anchored.args.entropy_target == pytest.approx(ratio * h0)
@@ -151,14 +151,14 @@ def test_trls_adaptive_entropy_with_its_target_anchored_at_h0(tmp_path, ratio):
     assert coefs[0] == pytest.approx([0.0] * 4 if ratio < 1 else [0.05, 0.1, 0.15, 0.2])  # down, or up each step
     losses = [[r["loss"] for r in t.state.log_history if "loss" in r] for t in (anchored, given)]
     assert losses[0] == losses[1]
-    with pytest.raises(ValueError, match="entropy_target_ratio anchors"):
-        helpers.make_config(tmp_path / "x", method="grpo", entropy_target_ratio=0.4)
+    with pytest.raises(ValueError, match="aer_trl_target_ratio anchors"):
+        helpers.make_config(tmp_path / "x", method="grpo", aer_trl_target_ratio=0.4)
 
 
 def test_trls_adaptive_entropy_anchored_at_a_probe(tmp_path):
-    """`entropy_target_ratio` with `aer_anchor_probe`: TRL's target is ratio × the probe's H0, as AER's H* would be."""
+    """`aer_trl_target_ratio` with `aer_anchor_probe`: TRL's target is ratio × the probe's H0, as AER's H* would be."""
     args = helpers.make_config(
-        tmp_path, method="skywork", aer_telemetry=True, max_steps=2, entropy_target_ratio=0.5, aer_anchor_probe=4
+        tmp_path, method="skywork", aer_measurements=True, max_steps=2, aer_trl_target_ratio=0.5, aer_anchor_probe=4
     )
     trainer = _trainer(AERGRPOTrainer, args)
     trainer.train()

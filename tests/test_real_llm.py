@@ -55,7 +55,7 @@ def arithmetic_step(smollm2, tmp_path_factory):
             "0.01",
             "--aer_eta",
             "0.01",
-            "--aer_target_entropy",
+            "--aer_fixed_target",
             "100",  # far above any entropy: the controller must raise α by η
         ]
     )

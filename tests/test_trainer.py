@@ -174,17 +174,17 @@ def test_h0_is_the_first_measured_entropy(tmp_path, tokenizer):
 
 
 def test_alpha_rises_below_target_and_falls_but_not_below_zero_above(tmp_path, tokenizer):
-    up = train_aer(tmp_path / "up", tokenizer, aer_target_entropy=100.0, aer_eta=0.01, max_steps=4)
+    up = train_aer(tmp_path / "up", tokenizer, aer_fixed_target=100.0, aer_eta=0.01, max_steps=4)
     assert alphas(up) == pytest.approx([0.01, 0.02, 0.03, 0.04])
     down = train_aer(
-        tmp_path / "down", tokenizer, aer_target_entropy=1e-3, aer_eta=0.01, aer_alpha_init=0.025, max_steps=4
+        tmp_path / "down", tokenizer, aer_fixed_target=1e-3, aer_eta=0.01, aer_alpha_init=0.025, max_steps=4
     )
     assert alphas(down) == pytest.approx([0.015, 0.005, 0.0, 0.0])
 
 
 def test_method_aer_prop_moves_alpha_by_the_proportional_step_in_training(tmp_path, tokenizer):
     """Ours (method aer_prop): α_{t+1} = [α_t + η·(H* − H_t)/H*]_+ from the entropies the trainer measured."""
-    trainer = train_aer(tmp_path, tokenizer, method="aer_prop", aer_target_entropy=5.0, aer_eta=0.01, max_steps=4)
+    trainer = train_aer(tmp_path, tokenizer, method="aer_prop", aer_fixed_target=5.0, aer_eta=0.01, max_steps=4)
     assert trainer.args.aer_step == "proportional"
     measured = [h["entropy"] for h in trainer.aer_callback.controller.history]
     expected, alpha = [], 0.0
@@ -200,7 +200,7 @@ def test_method_aer_pi_steers_alpha_by_the_pi_law_and_the_gate_zeroes_the_applie
     α the loss applies (logged aer/alpha) is 0 after a batch at or above H*."""
     from aer_trl.controller import pi_step
 
-    trainer = train_aer(tmp_path, tokenizer, method="aer_pi", aer_target_entropy=5.0, max_steps=4)
+    trainer = train_aer(tmp_path, tokenizer, method="aer_pi", aer_fixed_target=5.0, max_steps=4)
     assert trainer.args.aer_step == "pi" and trainer.args.aer_gate
     measured = [h["entropy"] for h in trainer.aer_callback.controller.history]
     expected, integral = [], 0.0
@@ -211,7 +211,7 @@ def test_method_aer_pi_steers_alpha_by_the_pi_law_and_the_gate_zeroes_the_applie
     logged = [r["aer/alpha"] for r in trainer.state.log_history if "aer/alpha" in r and "train_runtime" not in r]
     assert logged == pytest.approx(expected)  # logged after step t's update: the α step t + 1 trains with
 
-    shut = train_aer(tmp_path / "gate", tokenizer, method="aer_pi", aer_target_entropy=1e-3, max_steps=3)
+    shut = train_aer(tmp_path / "gate", tokenizer, method="aer_pi", aer_fixed_target=1e-3, max_steps=3)
     assert [h["applied_alpha"] for h in shut.aer_callback.controller.history] == [0.0, 0.0, 0.0]
     assert shut.aer_callback.alpha == 0.0
 
@@ -226,7 +226,7 @@ def test_method_aer_pi_steers_alpha_by_the_pi_law_and_the_gate_zeroes_the_applie
     ],
 )
 def test_alpha_updates_once_per_rollout_batch(tmp_path, tokenizer, overrides, steps, iterations):
-    trainer = train_aer(tmp_path, tokenizer, aer_target_entropy=100.0, aer_eta=0.01, max_steps=steps, **overrides)
+    trainer = train_aer(tmp_path, tokenizer, aer_fixed_target=100.0, aer_eta=0.01, max_steps=steps, **overrides)
     assert trainer.aer_callback.controller.iteration == iterations
     assert alphas(trainer) == pytest.approx([0.01 * (i + 1) for i in range(iterations)])
     logged = [h["aer/alpha"] for h in trainer.state.log_history if "loss" in h]
@@ -261,7 +261,7 @@ def test_entropy_is_token_weighted_over_the_rollout_batch(tmp_path, tokenizer, m
 def test_works_with_peft_lora(tmp_path, tokenizer):
     from peft import LoraConfig
 
-    args = helpers.make_config(tmp_path, aer_target_entropy=100.0, aer_alpha_init=0.5, max_steps=2, learning_rate=5e-2)
+    args = helpers.make_config(tmp_path, aer_fixed_target=100.0, aer_alpha_init=0.5, max_steps=2, learning_rate=5e-2)
     trainer = helpers.make_trainer(
         tokenizer, args, peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
     )
@@ -328,6 +328,29 @@ def test_resume_continues_the_same_alpha_trajectory(tmp_path, tokenizer, restore
     assert isinstance(resumed.aer_callback, AERCallback)
 
 
+def test_a_checkpoint_saved_under_the_old_key_names_resumes(tmp_path, tokenizer):
+    """A checkpoint written before the renames (config_checks.RENAMED_KEYS): the callback's saved arguments name
+    `absolute_target`, its settings the old keys; it resumes as any other, also where transformers rebuilds the
+    callback from those arguments, and no setting is reported changed."""
+    from aer_trl.config_checks import RENAMED_KEYS
+
+    common = dict(
+        aer_tau=1.0, aer_eta=0.01, aer_alpha_init=0.02, max_steps=4, save_strategy="steps", save_steps=2,
+        learning_rate=5e-2, restore_callback_states_from_checkpoint=True,
+    )  # fmt: skip
+    full = train_aer(tmp_path / "full", tokenizer, **common)
+    path = tmp_path / "full" / "checkpoint-2" / "trainer_state.json"
+    state = json.loads(path.read_text())
+    entry = state["stateful_callbacks"]["AERCallback"]
+    entry["args"]["absolute_target"] = entry["args"].pop("fixed_target")
+    for old, new in RENAMED_KEYS.items():
+        entry["attributes"]["settings"][old] = entry["attributes"]["settings"].pop(new)
+    path.write_text(json.dumps(state))
+    resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "resumed", **common))
+    resumed.train(resume_from_checkpoint=str(path.parent))
+    assert alphas(resumed) == alphas(full) and resumed.aer_resume_changes == {}
+
+
 @pytest.mark.parametrize("restore_flag", [False, True])
 def test_a_resume_with_a_changed_setting_applies_it_and_says_so(tmp_path, tokenizer, restore_flag, caplog):
     """Change one argument and resume: the new value applies from the checkpoint on (also where transformers would
@@ -372,7 +395,7 @@ def test_a_resume_with_a_changed_setting_applies_it_and_says_so(tmp_path, tokeni
 
 def test_resuming_aer_from_a_checkpoint_without_its_state_says_so(tmp_path, tokenizer, caplog):
     common = dict(max_steps=4, save_strategy="steps", save_steps=2)
-    train_aer(tmp_path / "grpo", tokenizer, method="grpo", aer_telemetry=False, **common)
+    train_aer(tmp_path / "grpo", tokenizer, method="grpo", aer_measurements=False, **common)
     resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "aer", **common))
     with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
         resumed.train(resume_from_checkpoint=str(tmp_path / "grpo" / "checkpoint-2"))
@@ -503,7 +526,7 @@ def test_capped_bonus_is_grpo_minus_mean_lambda_min_entropy_target(tmp_path, tok
         logp = F.log_softmax(probe.model(input_ids=ids, attention_mask=att).logits[:, -c_len - 1 : -1].float(), -1)
     h = sequence_entropy(-(logp.exp() * logp).sum(-1), batch["completion_mask"])
     target = float(h.median())  # the cap binds on some rows and not on others
-    args = helpers.make_config(tmp_path / "c", method="aer_cap", aer_target_entropy=target)
+    args = helpers.make_config(tmp_path / "c", method="aer_cap", aer_fixed_target=target)
     trainer = helpers.make_trainer(tokenizer, args)
     assert trainer.args.aer_bonus_cap == 1.0
     model = trainer.model

@@ -153,7 +153,7 @@ def test_trl_shuffles_and_splits_keys_it_does_not_know_row_aligned():
 
 
 def test_trl_reads_the_entropy_target_from_args_at_every_step():
-    """`entropy_target_ratio` (method skywork) sets `args.entropy_target` after the first rollout batch: TRL must read
+    """`aer_trl_target_ratio` (method skywork) sets `args.entropy_target` after the first rollout batch: TRL must read
     it from `self.args` when it applies its adaptive entropy bonus, not from a copy taken at construction."""
     source = inspect.getsource(GRPOTrainer._compute_loss)
     assert "self.args.entropy_target" in source

@@ -73,7 +73,7 @@ def main():
         max_steps=cli.max_steps,
         aer_rho=1.0,  # λ = α (1 - g): g can be read back from λ
         aer_alpha_init=0.5,
-        aer_target_entropy=100.0,  # entropy always below target: α rises by η every iteration
+        aer_fixed_target=100.0,  # entropy always below target: α rises by η every iteration
         aer_eta=0.01,
         save_strategy="steps" if cli.save_steps or passk else "no",
         save_steps=cli.save_steps or 500,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from ...config_checks import RENAMED_KEYS
 from ...resources import recipes_dir
 
 RECIPES = recipes_dir("smollm2_135m_instruct/arithmetic")  # shipped inside the package
@@ -104,8 +105,10 @@ EXECUTION_KEYS = ("share_prompt_generation",)
 
 
 def settings_hash(settings: dict) -> str:
-    """A cell's identity: the hash of everything it trains with but `EXECUTION_KEYS`."""
-    kept = {k: v for k, v in settings.items() if k not in EXECUTION_KEYS}
+    """A cell's identity: the hash of everything it trains with but `EXECUTION_KEYS`, each renamed key under its old
+    name (`RENAMED_KEYS`), so a record trained before a rename is the same cell after it."""
+    legacy = {new: old for old, new in RENAMED_KEYS.items()}
+    kept = {legacy.get(k, k): v for k, v in settings.items() if k not in EXECUTION_KEYS}
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:8]
 
 
