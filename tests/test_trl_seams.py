@@ -194,3 +194,16 @@ def test_the_vllm_engine_members_validation_reads_exist():
     assert "self.vllm_generation = VLLMGeneration(" in trainer_source
     assert "self._last_loaded_step = self.state.global_step" in trainer_source
     assert "if self.state.global_step != self._last_loaded_step:" in trainer_source
+
+
+def test_trl_builds_its_colocated_engine_by_the_module_name_llm_without_a_dtype():
+    """aer_trl.vllm_support.colocated_engine_dtype gives the engine the trainer's dtype by wrapping the name `LLM` in
+    TRL's `vllm_generation` module while the trainer is built: TRL must build it by that name and pass no dtype (if it
+    ever passes one, ours steps aside and this test says to check that it is the trainer's)."""
+    from trl.generation import vllm_generation
+
+    source = inspect.getsource(vllm_generation.VLLMGeneration)
+    call = source[source.index("self.llm = LLM(") :]
+    call = call[: call.index("\n            )")]
+    assert "dtype" not in call, call
+    assert "self.vllm_generation = VLLMGeneration(" in inspect.getsource(GRPOTrainer.__init__)

@@ -30,3 +30,73 @@ def test_the_fix_applies_only_to_colocated_vllm_on_cpu():
     assert vllm_support.colocate_on_cpu(on)
     assert not vllm_support.colocate_on_cpu(SimpleNamespace(use_vllm=True, vllm_mode="server", use_cpu=True))
     assert not vllm_support.colocate_on_cpu(SimpleNamespace(use_vllm=False, vllm_mode="colocate", use_cpu=True))
+
+
+def test_kv_cache_gib_in_float32_is_twice_bf16():
+    # SmolLM2-135M in float32: 46,080 bytes a token; 100,000 tokens × 2 = 8.58 GiB → 9
+    config = SimpleNamespace(num_hidden_layers=30, num_key_value_heads=3, num_attention_heads=9, hidden_size=576)
+    assert vllm_support.kv_cache_gib(config, tokens=100_000, dtype_bytes=4) == 9
+
+
+def test_compute_dtype_is_the_mixed_precision_else_the_parameters():
+    import torch
+
+    fp32, half = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).to(torch.bfloat16)
+    plain = SimpleNamespace(bf16=False, fp16=False)
+    assert vllm_support.compute_dtype(fp32, plain) == "float32"
+    assert vllm_support.compute_dtype(half, plain) == "bfloat16"  # loaded in bf16, no mixed precision
+    assert vllm_support.compute_dtype(fp32, SimpleNamespace(bf16=True, fp16=False)) == "bfloat16"
+    assert vllm_support.compute_dtype(fp32, SimpleNamespace(bf16=False, fp16=True)) == "float16"
+    assert vllm_support.compute_dtype(torch.nn.Module(), plain) is None  # nothing to read it from
+
+
+def test_the_colocated_engine_is_built_in_the_trainers_dtype(monkeypatch):
+    """TRL builds its engine as `vllm_generation.LLM(...)` without a dtype (tests/test_trl_seams.py pins that); inside
+    `colocated_engine_dtype` it gets the trainer's, read when the engine is built; a dtype or a quantization already
+    given is kept; afterwards the name is TRL's again."""
+    import torch
+    from trl.generation import vllm_generation
+
+    built = []
+    fake = lambda **kwargs: built.append(kwargs) or "engine"  # noqa: E731
+    monkeypatch.setattr(vllm_generation, "LLM", fake, raising=False)
+    trainer = SimpleNamespace(model=None, args=SimpleNamespace(bf16=False, fp16=False))
+    with vllm_support.colocated_engine_dtype(trainer):
+        trainer.model = torch.nn.Linear(2, 2)  # TRL loads the model before it builds the engine
+        assert vllm_generation.LLM(model="m") == "engine"
+        vllm_generation.LLM(model="m", dtype="float16")
+        vllm_generation.LLM(model="m", quantization="bitsandbytes")
+    assert built == [
+        {"model": "m", "dtype": "float32"},
+        {"model": "m", "dtype": "float16"},
+        {"model": "m", "quantization": "bitsandbytes"},
+    ]
+    assert vllm_generation.LLM is fake
+
+
+def test_without_vllm_the_engine_dtype_changes_nothing(monkeypatch):
+    from trl.generation import vllm_generation
+
+    monkeypatch.delattr(vllm_generation, "LLM", raising=False)
+    with vllm_support.colocated_engine_dtype(SimpleNamespace(model=None, args=None)):
+        assert not hasattr(vllm_generation, "LLM")
+
+
+def test_the_harness_engine_samples_in_the_dtype_its_store_records(tmp_path, monkeypatch, tokenizer):
+    """The evaluation store records `sampling_dtype(device)` (float32 on CPU) with every sample: the harness's vLLM
+    engine is built in that dtype, not in the bfloat16 vLLM picks by itself for a float32 model."""
+    import sys
+    import types
+
+    from aer_trl.evaluation.backends import VLLMGenerator, sampling_dtype
+    from aer_trl.evaluation.plan import run_fingerprint
+    from tests import helpers
+
+    helpers.make_model(tokenizer).save_pretrained(tmp_path / "model")
+    built = []
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=lambda **kw: built.append(kw) or "engine"))
+    monkeypatch.setattr(vllm_support, "installed_version", lambda: "0.31.0")
+    args = SimpleNamespace(batch_size=2, num_samples=2, max_new_tokens=4, output_dir=str(tmp_path), seed=0,
+                           model_revision=None, top_p=1.0, top_k=0, temperature=1.0)  # fmt: skip
+    assert VLLMGenerator._engine(str(tmp_path / "model"), args) == "engine"
+    assert built[0]["dtype"] == sampling_dtype("cpu") == run_fingerprint(args, "m", "vllm")["dtype"] == "float32"

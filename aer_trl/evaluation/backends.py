@@ -126,6 +126,8 @@ class VLLMGenerator:
             kwargs["max_num_seqs"] = max(256, sequences)
             # eager mode: the CPU build compiles a graph per batch shape, and a chunk's requests finish one by one
             kwargs["enforce_eager"] = True
+        # the dtype the store records (`sampling_dtype`): given none, vLLM would sample a float32 model in bfloat16
+        kwargs["dtype"] = sampling_dtype("cuda" if torch.cuda.is_available() else "cpu")
         return LLM(
             model=model_name, revision=args.model_revision, seed=args.seed, enable_prefix_caching=True, **kwargs
         )
