@@ -138,20 +138,23 @@ def part_share(cpu: bool, out: Path) -> dict:
     }
 
 
+def launcher(cpu: bool) -> list[str]:
+    """`accelerate launch` on one process: ZeRO-3 from the shipped config on a GPU, plain float32 on CPU."""
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1"]
+    command += ["--dynamo_backend", "no", "--main_process_port", "0"]
+    return command + (["--mixed_precision", "no"] if cpu else ["--config_file", str(ZERO3)])
+
+
 def recipe_command(cpu: bool, out: Path, extra: list[str]) -> list[str]:
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1"]
-    launcher += ["--num_machines", "1", "--dynamo_backend", "no", "--main_process_port", "0"]
     if cpu:
-        launcher += ["--mixed_precision", "no"]
         size = ["--use_cpu", "true", "--bf16", "false", "--dtype", "float32", "--per_device_train_batch_size", "4"]
         size += ["--num_generations", "4", "--max_completion_length", "8", "--max_steps", "2"]
         size += ["--eval_num_samples", "2", "--eval_max_new_tokens", "8", "--eval_k_list", "1", "2"]
     else:
-        launcher += ["--config_file", str(ZERO3)]
         size = ["--max_steps", "4", "--eval_num_samples", "4", "--eval_max_new_tokens", "128"]
         size += ["--eval_k_list", "1", "4"]
     return [
-        *launcher,
+        *launcher(cpu),
         str(ROOT / "recipes" / "train.py"),
         "--config",
         str(RECIPE),
@@ -232,10 +235,7 @@ def part_paper(cpu: bool, out: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     recipe = folder / "recipe.yaml"
     recipe.write_text(yaml.safe_dump({**shipped, **overrides}, sort_keys=False))
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1"]
-    launcher += ["--dynamo_backend", "no", "--main_process_port", "0"]
-    launcher += ["--mixed_precision", "no"] if cpu else ["--config_file", str(ZERO3)]
-    cmd = [*launcher, str(ROOT / "recipes" / "train.py"), "--config", str(recipe), "--report_to", "none"]
+    cmd = [*launcher(cpu), str(ROOT / "recipes" / "train.py"), "--config", str(recipe), "--report_to", "none"]
     code, seconds = run(cmd, out / "paper.log", timeout=900)
     result = {"ok": code == 0, "exit": code, "seconds": round(seconds, 1), "zero3": not cpu, "vllm": vllm}
     result["changed_keys"] = sorted(k for k in overrides if shipped.get(k) != overrides[k])
