@@ -38,6 +38,7 @@ def run_arm(arm: str, steps: int, output_dir: Path) -> dict:
     from trl.generation import vllm_generation
 
     from aer_trl.training import train_recipe
+    from aer_trl.vllm_support import compute_dtype
     from recipes.rehearse import SHIPPED, size_overrides
 
     built = {}
@@ -60,7 +61,7 @@ def run_arm(arm: str, steps: int, output_dir: Path) -> dict:
     logs = [h for h in trainer.state.log_history if GAP in h]
     return {
         "engine_dtype": built.get("dtype"),
-        "trainer_dtype": str(next(trainer.model.parameters()).dtype).removeprefix("torch."),
+        "trainer_dtype": compute_dtype(trainer.model, trainer.args),
         "steps": [{"step": h["step"], "gap": h[GAP], "ratio": h.get(RATIO)} for h in logs],
     }
 
