@@ -264,8 +264,18 @@ class AERConfig(GRPOConfig):
         self._apply_method()
         validate_aer(self)
         self._checkpointing_name()
+        self._engine_generation_kwargs()
         super().__post_init__()
         self._align_saves_to_rollouts()
+
+    def _engine_generation_kwargs(self) -> None:
+        """`use_cache` is an argument of transformers' `generate` (the CPU recipes set it: gradient checkpointing
+        turns the model's cache off); TRL hands `generation_kwargs` to vLLM's `SamplingParams` when `use_vllm`, which
+        refuses it ("Unexpected keyword argument 'use_cache'", seen on an H100). vLLM always keeps a KV cache, so the
+        key is dropped there, with a note, and a recipe runs on either engine unchanged."""
+        if self.use_vllm and self.generation_kwargs and "use_cache" in self.generation_kwargs:
+            self.generation_kwargs = {k: v for k, v in self.generation_kwargs.items() if k != "use_cache"}
+            logger.info("generation_kwargs.use_cache dropped: a transformers generate() argument (vLLM always caches)")
 
     def _checkpointing_name(self) -> None:
         """One value for activation checkpointing under the name the installed transformers wants (TRL's default

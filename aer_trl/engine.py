@@ -5,7 +5,7 @@ with the evaluation harness's contract, `generator(texts, seed) -> n samples per
 weights to the policy being validated:
 
 - colocate: each process samples its own chunks on its engine (`lockstep = False`); with sleep mode the KV cache is
-  woken for the call and the engine put back to sleep after it, as TRL's rollout does.
+  woken at the first chunk and the engine put back to sleep by `close()` after the last, as TRL's rollout leaves it.
 - server: the main process samples every chunk through TRL's `VLLMClient` (`main_only = True`); the callback gathers
   the counts.
 
@@ -29,22 +29,33 @@ def sync_engine_weights(trainer) -> None:
 
 
 class ColocatedSampler(VLLMGenerator):
-    """The harness's vLLM sampling on the run's colocated engine, woken for each call when it sleeps."""
+    """The harness's vLLM sampling on the run's colocated engine. With sleep mode, its KV cache is woken at the first
+    chunk and the engine put back to sleep once, by `close()` after the last: a level-2 sleep discards the weights,
+    so sleeping between chunks would leave the next chunk waking its cache over unmapped weights (CUDA's "invalid
+    argument" in vLLM's `wake_up`, seen on an H100), and waking the weights again would need the ZeRO-3 gather that
+    only `sync_engine_weights` does on every process together."""
 
     def __init__(self, generation, args):
         super().__init__(generation.llm, args)
         self.generation = generation
+        self.sleep = generation.enable_sleep_mode
+        self.cache_awake = self.closed = False
 
     def __call__(self, texts: list[str], seed: int) -> list[list[str]]:
-        sleep = self.generation.enable_sleep_mode
-        if sleep:
+        if self.closed:
+            raise RuntimeError("this validation's engine sampler was closed (the engine sleeps): make a new one")
+        if self.sleep and not self.cache_awake:
             self.llm.wake_up(tags=["kv_cache"])
-        try:
-            return super().__call__(texts, seed)
-        finally:
-            if sleep:
-                self.llm.sleep(level=2)
-                self.generation._llm_weights_sleeping = True
+            self.cache_awake = True
+        return super().__call__(texts, seed)
+
+    def close(self) -> None:
+        """After the validation's last chunk (every process, chunks or none): the engine back to sleep, as TRL
+        leaves it after a rollout, its weights marked for TRL's next sync."""
+        if self.sleep and not self.closed:
+            self.llm.sleep(level=2)
+            self.generation._llm_weights_sleeping = True
+        self.closed = True
 
 
 class ServerSampler:

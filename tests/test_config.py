@@ -158,3 +158,10 @@ def test_renamed_keys_are_refused_with_their_new_names(tmp_path):
     for new in RENAMED_KEYS.values():
         assert new in AERConfig.__dataclass_fields__
     assert not set(RENAMED_KEYS) & set(AERConfig.__dataclass_fields__)
+
+
+def test_use_cache_is_dropped_from_generation_kwargs_only_for_vllm(tmp_path):
+    # the CPU recipes pass `use_cache` to transformers' generate; vLLM's SamplingParams refuses it (seen on an H100)
+    kwargs = {"use_cache": True, "top_k": 5}
+    assert make_config(tmp_path, use_vllm=True, generation_kwargs=dict(kwargs)).generation_kwargs == {"top_k": 5}
+    assert make_config(tmp_path, generation_kwargs=dict(kwargs)).generation_kwargs == kwargs

@@ -392,3 +392,35 @@ def test_validation_samples_through_the_sampler_factory_when_one_is_set(tmp_path
     assert len(seen) == 10  # every problem once, in chunks of batch_size 3
     assert result["pass@1"] == pytest.approx(4 / 10 * 0.5)  # problems 0, 3, 6, 9: half their samples right
     assert result["pass@4"] == pytest.approx(4 / 10)
+
+
+def test_validation_closes_its_sampler_after_the_last_chunk_even_when_one_fails(tokenizer, model_and_bench):
+    """A sampler with `close()` (the colocated engine in sleep mode: aer_trl.engine) is closed once per validation,
+    after its last chunk, also when a chunk raises."""
+    _, bench = model_and_bench
+    closed = []
+
+    class Sampler:
+        lockstep = False
+
+        def __init__(self, fail):
+            self.fail, self.calls = fail, 0
+
+        def __call__(self, texts, seed):
+            self.calls += 1
+            if self.fail and self.calls == 2:
+                raise RuntimeError("engine died")
+            return [["\\boxed{9}"] * 4 for _ in texts]
+
+        def close(self):
+            closed.append((self.fail, self.calls))
+
+    for fail in (False, True):
+        cb = PassAtKCallback(bench, eval_steps=1, num_samples=4, k_list=[1], max_new_tokens=2, batch_size=3)
+        cb.sampler_factory = lambda eval_args, fail=fail: Sampler(fail)
+        if fail:
+            with pytest.raises(RuntimeError, match="engine died"):
+                cb.evaluate(None, tokenizer)
+        else:
+            cb.evaluate(None, tokenizer)
+    assert closed == [(False, 4), (True, 2)]  # 10 problems in chunks of 3: four calls, closed after the last

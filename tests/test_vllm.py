@@ -256,3 +256,15 @@ def test_server_mode_trains_two_steps_or_says_why(tmp_path, tokenizer):
 
 def _tail(path: Path, n: int = 600) -> str:
     return path.read_text()[-n:].replace("\n", " | ")
+
+
+def test_every_shipped_recipe_samples_with_vllm():
+    """`use_vllm: true` on any shipped recipe: TRL hands its `generation_kwargs` to vLLM's `SamplingParams`, which
+    refused the CPU recipes' `use_cache` on an H100 ("Unexpected keyword argument"); AERConfig drops that key."""
+    from vllm import SamplingParams
+
+    from tests.test_recipes import RECIPES, parse
+
+    for recipe in RECIPES:
+        _, training_args, _ = parse(recipe, "--use_vllm", "true")
+        SamplingParams(**(training_args.generation_kwargs or {}), max_tokens=4)

@@ -127,13 +127,17 @@ class PassAtKCallback(TrainerCallback, ExportableState):
             generator = TransformersGenerator(model, tokenizer, self.eval_args)
         chunks = make_chunks(self._problems, self.eval_args.batch_size, self.eval_args.seed)
         counts = {}
-        for index in assigned_chunks(len(chunks), rank, world, generator):
-            chunk = chunks[index] if index < len(chunks) else chunks[0]
-            samples = generator([p.text for p in chunk.problems], chunk.seed)
-            if index < len(chunks):
-                for problem, completions in zip(chunk.problems, samples):
-                    correct, _ = judge(completions, problem.answer)
-                    counts[problem.index] = (len(correct), sum(correct))
+        try:
+            for index in assigned_chunks(len(chunks), rank, world, generator):
+                chunk = chunks[index] if index < len(chunks) else chunks[0]
+                samples = generator([p.text for p in chunk.problems], chunk.seed)
+                if index < len(chunks):
+                    for problem, completions in zip(chunk.problems, samples):
+                        correct, _ = judge(completions, problem.answer)
+                        counts[problem.index] = (len(correct), sum(correct))
+        finally:  # an engine sampler puts its engine back to sleep once, after the last chunk
+            if hasattr(generator, "close"):
+                generator.close()
         if world > 1:
             gathered = [None] * world
             torch.distributed.all_gather_object(gathered, counts)
