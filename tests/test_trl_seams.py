@@ -190,6 +190,12 @@ def test_the_vllm_engine_members_validation_reads_exist():
                    "self.vllm_client =", "self.tensor_parallel_size"):  # fmt: skip
         assert member in source, member
     assert params(vllm_generation.VLLMGeneration.sync_weights) == []
+    # in sleep mode, the sync wakes the weights the last rollout's level-2 sleep discarded; the validation sampler
+    # then wakes only the KV cache, and sleeps the engine once after its last chunk, as TRL's generate does
+    sync = inspect.getsource(vllm_generation.VLLMGeneration.sync_weights)
+    assert 'self.llm.wake_up(tags=["weights"])' in sync and "self._llm_weights_sleeping = False" in sync
+    generate = inspect.getsource(vllm_generation.VLLMGeneration.generate)
+    assert 'self.llm.wake_up(tags=["kv_cache"])' in generate and "self.llm.sleep(level=2)" in generate
     trainer_source = inspect.getsource(GRPOTrainer)
     assert "self.vllm_generation = VLLMGeneration(" in trainer_source
     assert "self._last_loaded_step = self.state.global_step" in trainer_source
