@@ -63,6 +63,8 @@ def part_env(cpu: bool, out: Path) -> dict:
         name: version(name)
         for name in ("torch", "transformers", "trl", "accelerate", "deepspeed", "vllm", "peft", "datasets")
     }
+    env["flashinfer"] = version("flashinfer-python")
+    env["vllm_flashinfer_sampler"] = sampler_env().get("VLLM_USE_FLASHINFER_SAMPLER", "vLLM's default")
     env["python"] = sys.version.split()[0]
     env["ok"] = True
     if torch.cuda.is_available():
@@ -83,9 +85,19 @@ def part_env(cpu: bool, out: Path) -> dict:
     return env
 
 
+def sampler_env() -> dict:
+    """vLLM on CUDA samples through FlashInfer unless told not to, and fails at engine start where it is missing
+    (a vLLM brought without it, as to the lent H100: docs/gpu.md, "Third run"); then the runs use vLLM's PyTorch
+    sampler. A `pip install vllm` brings FlashInfer, and nothing changes."""
+    if version("vllm") and not version("flashinfer-python") and "VLLM_USE_FLASHINFER_SAMPLER" not in os.environ:
+        return {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    return {}
+
+
 def run(cmd: list[str], log: Path, timeout: int) -> tuple[int, float]:
     """A subprocess with its output in `log` (the tail printed on failure); (return code, seconds)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env.update(sampler_env())
     env.setdefault("HF_HUB_OFFLINE", "1")
     start = time.perf_counter()
     with open(log, "w") as f:

@@ -113,6 +113,22 @@ def test_lab_ablation_studies_share_runs_and_sweep_values_win(tmp_path, monkeypa
     assert overrides[overrides.index("--aer_rho", overrides.index("0.9")) + 1] == "0.5"  # the sweep's value last
 
 
+def test_gpu_smoke_turns_vllms_flashinfer_sampler_off_only_where_flashinfer_is_missing(monkeypatch):
+    import gpu_smoke
+
+    monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER", raising=False)
+    installed = {"vllm": "0.26.0"}
+    monkeypatch.setattr(gpu_smoke, "version", installed.get)
+    assert gpu_smoke.sampler_env() == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}  # vLLM brought without FlashInfer
+    installed["flashinfer-python"] = "0.6.14"
+    assert gpu_smoke.sampler_env() == {}  # a pip-installed vLLM: its default
+    del installed["vllm"], installed["flashinfer-python"]
+    assert gpu_smoke.sampler_env() == {}  # no vLLM
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "1")
+    installed["vllm"] = "0.26.0"
+    assert gpu_smoke.sampler_env() == {}  # the user's setting stands
+
+
 @pytest.mark.real
 @pytest.mark.slow
 def test_gpu_smoke_runs_every_part_in_its_cpu_mode(tmp_path):
