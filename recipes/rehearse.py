@@ -269,7 +269,8 @@ def check(out: Path, run_dir: Path, phase1: list[dict], overrides: dict) -> dict
         "hub_commits": [{k: c.get(k) for k in ("op", "commit_message", "path_in_repo")} for c in commits],
         "teardown_tracebacks": log2.count("Traceback"),
         "not_run_here": {
-            "vllm_sleep_mode": "vLLM's sleep mode needs CUDA; the recipe's vllm_enable_sleep_mode is set false",
+            "vllm_sleep_mode": "vLLM's sleep mode needs CUDA; the recipe's vllm_enable_sleep_mode is set false (it "
+            "trained with validation through the sleeping engine on an H100: make gpu-smoke, docs/gpu.md)",
             "bf16": "the CPU run trains in float32 (bf16: false, --mixed_precision no), and vLLM samples in float32 "
             "with it",
             "real_hub": "no Hub-compatible server installs from the package registries: the push is captured",
