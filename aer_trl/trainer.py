@@ -39,7 +39,7 @@ from .resume import ResumeMixin
 from .rewards import resolve_correctness_index
 from .shared_prompt import SharedPromptMixin
 from .support import TruncatedSupportMixin
-from .vllm_support import colocate_on_cpu, colocated_engine_dtype, prepare_vllm_on_cpu
+from .vllm_support import colocate_on_cpu, colocated_engine_settings, prepare_vllm_on_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
             logger.info("method=%r sets %s", args.method, args.method_settings)
         if colocate_on_cpu(args):
             prepare_vllm_on_cpu(model, args)
-        with colocated_engine_dtype(self):  # vLLM in the trainer's dtype, not downcast to bf16 (aer_trl.vllm_support)
+        with colocated_engine_settings(self):  # vLLM in the trainer's dtype, eager on CPU (aer_trl.vllm_support)
             super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
         self._aer_method = get_method(args.method)
         self.aer_dataset_name, self.aer_data_description = dataset_name, data_description

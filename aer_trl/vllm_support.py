@@ -13,13 +13,17 @@ colocated rollouts under `AERGRPOTrainer` and for the evaluation harness's `--ba
 - `cpu_defaults(...)`: the KV-cache space (`VLLM_CPU_KVCACHE_SPACE`, GiB, from the model's shape and the batch)
   and a writable cache root (`VLLM_CACHE_ROOT`, under the run's folder), each only where the user has not set it.
 - `check_version()`: a warning when the installed vLLM is outside the versions these fixes were tested with.
-- `colocated_engine_dtype(trainer)`: while TRL builds its colocated engine, vLLM is given the trainer's compute
-  dtype. TRL passes none, and given none vLLM downcasts a float32 model to bfloat16 (on CUDA and x86 CPUs alike):
-  a trainer without mixed precision then trains float32 weights whose steps at lr ~1e-6 are below bfloat16's
-  resolution, each synced copy rounds back to the weights the engine already had, and the rollouts keep coming from
-  the initial policy while the trainer moves on (TRL's `sampling/sampling_logp_difference` grows step by step;
-  `benchmarks/vllm_logp_gap.py` measures it). Every colocated run, CPU or CUDA; in server mode the server's
-  `--dtype` decides (docs/gpu.md).
+- `colocated_engine_settings(trainer)`: while TRL builds its colocated engine, vLLM is given the trainer's compute
+  dtype (and, on the CPU, eager mode: below). TRL passes none, and given none vLLM downcasts a float32 model to
+  bfloat16 (on CUDA and x86 CPUs alike): a trainer without mixed precision then trains float32 weights whose steps
+  at lr ~1e-6 are below bfloat16's resolution, each synced copy rounds back to the weights the engine already had,
+  and the rollouts keep coming from the initial policy while the trainer moves on (TRL's
+  `sampling/sampling_logp_difference` grows step by step; `benchmarks/vllm_logp_gap.py` measures it). Every
+  colocated run, CPU or CUDA; in server mode the server's `--dtype` decides (docs/gpu.md).
+  On the CPU the engine is also built with `enforce_eager=True`, as the evaluation harness's CPU engine is: vLLM's
+  CPU build otherwise compiles the model (torch.compile, inductor) at every engine start, and its compile cache did
+  not spare a resumed run the compile (py-spy on `make rehearse`: most of each rank's engine start was
+  `aot_compile` and the first compiled call, in both phases). On CUDA TRL's defaults stand.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ __all__ = [
     "TESTED_VERSIONS",
     "check_version",
     "colocate_on_cpu",
-    "colocated_engine_dtype",
+    "colocated_engine_settings",
     "compute_dtype",
     "cpu_defaults",
     "keep_cpu_linear_weights",
@@ -115,11 +119,12 @@ def compute_dtype(model, args) -> str | None:
 
 
 @contextmanager
-def colocated_engine_dtype(trainer):
+def colocated_engine_settings(trainer):
     """While TRL builds its colocated vLLM engine (`trl.generation.vllm_generation.LLM(...)`, inside
     `GRPOTrainer.__init__`): the engine gets `dtype=` the trainer's compute dtype, read from `trainer.model` and
-    `trainer.args` when the engine is built (module docstring). A dtype already given, and a quantized model, are
-    left as they are. Without vLLM installed, nothing to do."""
+    `trainer.args` when the engine is built, and on the CPU `enforce_eager=True` (module docstring). A dtype already
+    given, and a quantized model, are left as they are; so is an `enforce_eager` already given. Without vLLM
+    installed, nothing to do."""
     try:
         from trl.generation import vllm_generation
     except ImportError:  # pragma: no cover - TRL moved its vLLM module: the seam tests say so
@@ -136,6 +141,9 @@ def colocated_engine_dtype(trainer):
             if dtype is not None:
                 kwargs["dtype"] = dtype
                 logger.info("vLLM colocated engine in %s, the trainer's compute dtype", dtype)
+        if "enforce_eager" not in kwargs and colocate_on_cpu(trainer.args):
+            kwargs["enforce_eager"] = True
+            logger.info("vLLM colocated on the CPU in eager mode (no torch.compile at every engine start)")
         return original(*args, **kwargs)
 
     vllm_generation.LLM = build

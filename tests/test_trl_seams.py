@@ -203,13 +203,14 @@ def test_the_vllm_engine_members_validation_reads_exist():
 
 
 def test_trl_builds_its_colocated_engine_by_the_module_name_llm_without_a_dtype():
-    """aer_trl.vllm_support.colocated_engine_dtype gives the engine the trainer's dtype by wrapping the name `LLM` in
-    TRL's `vllm_generation` module while the trainer is built: TRL must build it by that name and pass no dtype (if it
-    ever passes one, ours steps aside and this test says to check that it is the trainer's)."""
+    """aer_trl.vllm_support.colocated_engine_settings gives the engine the trainer's dtype (and eager mode on the CPU)
+    by wrapping the name `LLM` in TRL's `vllm_generation` module while the trainer is built: TRL must build it by that
+    name and pass neither (if it ever passes one, ours steps aside and this test says to check it)."""
     from trl.generation import vllm_generation
 
     source = inspect.getsource(vllm_generation.VLLMGeneration)
     call = source[source.index("self.llm = LLM(") :]
     call = call[: call.index("\n            )")]
     assert "dtype" not in call, call
+    assert "enforce_eager" not in call, call  # ours adds it on the CPU (colocated_engine_settings)
     assert "self.vllm_generation = VLLMGeneration(" in inspect.getsource(GRPOTrainer.__init__)

