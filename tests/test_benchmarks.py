@@ -52,6 +52,7 @@ def tiny():
     return [*QUICK_OVERRIDES, "--max_steps", "4"]  # one rollout batch: its entropy is measured
 
 
+@pytest.mark.slow
 def test_lab_ablation_is_resumable_and_aggregates_with_intervals(tmp_path, monkeypatch):
     import lab_ablation
 

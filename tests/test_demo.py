@@ -4,6 +4,8 @@ table), repeatable by seed."""
 import json
 from pathlib import Path
 
+import pytest
+
 from aer_trl.metrics import read_metrics
 from aer_trl.studies import demo
 from aer_trl.training import train_recipe
@@ -11,6 +13,7 @@ from aer_trl.training import train_recipe
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_demo_quick_runs_the_whole_pipeline(tmp_path):
     summary = demo.main(["--quick", "--output_dir", str(tmp_path / "demo"), "--lab_cache_dir", str(tmp_path / "lab")])
     out = tmp_path / "demo"

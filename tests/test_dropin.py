@@ -97,6 +97,7 @@ def test_a_plain_grpo_config_is_accepted(tmp_path):
     trainer.train()
 
 
+@pytest.mark.slow
 def test_a_stop_inside_a_rollout_batch_writes_no_checkpoint_there_and_resumes_exactly(tmp_path):
     """2 optimizer steps per rollout batch; stopped at step 3, resumed to 6: the α trajectory of an uninterrupted run
     (the checkpoint at step 3 would have left α one update behind)."""
@@ -135,6 +136,7 @@ def test_a_stop_inside_a_rollout_batch_writes_no_checkpoint_there_and_resumes_ex
     assert logged == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ratio", [0.9, 1.05])  # the tiny model's entropy stays above 0.9·H0, below 1.05·H0
 def test_trls_adaptive_entropy_with_its_target_anchored_at_h0(tmp_path, ratio):
     """`aer_trl_target_ratio` (method skywork): TRL's adaptive entropy control trains exactly as with

@@ -10,6 +10,7 @@ from aer_trl.gguf import MARKER, convert_gguf, resolve_model
 from aer_trl.io import file_sha256
 
 
+@pytest.mark.slow
 @pytest.mark.real
 def test_gguf_conversion_is_a_plain_cached_model_folder(smollm2):
     from transformers import AutoConfig

@@ -293,6 +293,7 @@ def test_invalid_eval_arguments():
         EvalArguments(models=["m"], num_samples=4, k_list=[1, 4], report_k=2)
 
 
+@pytest.mark.slow
 def test_data_parallel_workers_give_the_same_result(tmp_path, model_and_bench):
     """Problems spread over 2 worker processes (one per GPU with vLLM; here on CPU) give the single-process result."""
     model, bench = model_and_bench

@@ -171,6 +171,7 @@ def _losses(tmp_path, method, **overrides):
     return [r["loss"] for r in trainer.state.log_history if "loss" in r]
 
 
+@pytest.mark.slow
 def test_clip_higher_and_kl_cov_train_as_grpo_with_one_optimizer_step_per_rollout_batch(tmp_path):
     """What the real-model rivals study found (docs/real_llm.md §3.6): with one optimizer step per rollout batch the
     policy has not moved when its loss is taken (ratio ≡ 1), so neither a higher clip bound nor a penalty on

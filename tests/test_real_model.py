@@ -49,6 +49,7 @@ def trained(smollm2, tmp_path_factory):
     shutil.rmtree(out.parent, ignore_errors=True)  # a real model's run: ~0.5-2 GB of weights and optimizer state
 
 
+@pytest.mark.slow
 def test_aer_trains_the_real_model_and_writes_card_and_checkpoint(trained):
     out, _ = trained
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -75,6 +76,7 @@ def test_the_saved_model_reloads_and_generates(trained):
     assert len(new) > 0 and tok.decode(new, skip_special_tokens=True).strip()
 
 
+@pytest.mark.slow
 def test_evaluate_the_checkpoint_and_the_base_model(trained, smollm2, tmp_path):
     sys.path.insert(0, str(ROOT / "recipes"))
     import evaluate as evaluate_script  # recipes/evaluate.py
@@ -119,6 +121,7 @@ def test_reward_on_real_completions_of_this_model():
     assert loose == [r["verdict_credit_unmarked"] for r in rows]
 
 
+@pytest.mark.slow
 def test_readme_python_example_runs_as_written(smollm2, tmp_path, monkeypatch):
     """The README's 'Use it like GRPOTrainer' block, executed verbatim (from the repository root, as a user would)."""
     import re

@@ -42,6 +42,7 @@ def lab_argv(tmp_path, *extra):
     ]
 
 
+@pytest.mark.slow
 def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
     import subprocess
 
