@@ -238,6 +238,9 @@ def check(out: Path, run_dir: Path, phase1: list[dict], overrides: dict) -> dict
         # trainer does not: the gap grew 18-fold in 5 steps, benchmarks/vllm_logp_gap.py)
         "vllm_in_the_trainers_dtype": engine_dtypes == ["float32"],
         "vllm_follows_the_trainer": bool(logp_gap) and all(g is not None and g < GAP_BOUND for g in logp_gap.values()),
+        # ... which says something only if the weights moved before a later step sampled: a step whose groups all
+        # scored alike (one prompt of 4 completions per step did, 4 steps running) has no gradient at alpha 0
+        "the_policy_moved": any((steps[s].get("grad_norm") or 0) > 0 for s in steps if s < STEPS),
         "validation_through_vllm": [h.get("step") for h in evals] == list(range(SAVE, STEPS + 1, SAVE))
         and "eval_engine" in (out / "recipe.yaml").read_text(),
         "killed_after_first_checkpoint": bool(first) and phase1_killed(out),
