@@ -30,7 +30,7 @@ install: $(BIN)/python
 # The suite on TEST_WORKERS processes (pytest-xdist; the slow tests dealt first, tests/conftest.py), torch on one
 # thread in each: here a torch test runs as fast on 1 thread as on 2 (the README example: 17.4 s vs 18.3 s), two such
 # processes side by side take 24 s each, and much of the suite is imports and launches. Measured here, the cores
-# otherwise idle and the caches warm: 2 workers 1002 s (the serial suite took 1265 s in a fresh-clone CI).
+# otherwise idle and the caches warm: 2 workers 1002 s; in fresh-clone CI 1163 s (serial: 1265 s).
 # TEST_WORKERS=0 runs it serially.
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 test:
