@@ -4,6 +4,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under pytest-xdist (`make test`) every worker already has a core: a training run the tests start (in-process or
+    # a launched script) must not take all the cores (training.use_cpu_cores), or two workers' spinning thread pools
+    # oversubscribe 2 cores and a test runs up to ~10x slower (1-step SmolLM2 run: 7.5 s alone, 78 s beside a 2-thread
+    # process).
+    os.environ.setdefault("AER_CPU_THREADS", "1")
 
 import pytest  # noqa: E402
 
