@@ -28,9 +28,10 @@ install: $(BIN)/python
 	@$(BIN)/python -c "import torch, trl, aer_trl; print('aer_trl', aer_trl.__version__, '| trl', trl.__version__, '| torch', torch.__version__)"
 
 # The suite on TEST_WORKERS processes (pytest-xdist; the slow tests dealt first, tests/conftest.py), torch on one
-# thread in each: here a torch test runs as fast on 1 thread as on 2 (the README example: 17.4 s vs 18.3 s), two such
-# processes side by side take 24 s each, and much of the suite is imports and launches. Measured here, the cores
-# otherwise idle and the caches warm: 2 workers 1002 s; in fresh-clone CI 1163 s (serial: 1265 s).
+# thread in each, and in every training run a test starts (AER_CPU_THREADS=1, tests/conftest.py): here a torch test
+# runs as fast on 1 thread as on 2 (the README example: 17.4 s vs 18.3 s), while a 2-thread process beside a busy
+# worker runs ~10x slower (spinning thread pools on 2 cores). Measured here, the cores otherwise idle, caches warm
+# (2026-11-27): 2 workers 346 s (638 s while training runs took both cores).
 # TEST_WORKERS=0 runs it serially.
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 test:
