@@ -228,6 +228,7 @@ def check(out: Path, run_dir: Path, phase1: list[dict], overrides: dict) -> dict
         else []
     )
     card = (hub_root / "README.md").read_text() if (hub_root / "README.md").exists() else ""
+    pushes = [c.get("commit_message") for c in commits if c.get("op") == "upload_folder"]
     proved = {
         "zero3_two_processes_sharded": len(partitions) == 2
         and all(p["zero_stage"] == 3 and p["partition_count"] == 2 for p in partitions)
@@ -254,6 +255,11 @@ def check(out: Path, run_dir: Path, phase1: list[dict], overrides: dict) -> dict
         "hub_push_captured": {"config.json", "model.safetensors", "README.md"} <= set(hub)
         and any(name.startswith("tokenizer") for name in hub),
         "no_local_caches_pushed": bool(hub) and not any("vllm_cache" in name for name in hub),
+        # hub_strategy every_save: the model (never a checkpoint folder) at each save and at the end. The save at step
+        # SAVE may go unpushed: the kill comes within seconds of its trainer_state.json, while the upload may run.
+        "hub_strategy_every_save": f"Training in progress, step {STEPS}" in pushes
+        and pushes[-1:] == ["End of training"]
+        and not any(name.startswith("checkpoint-") for name in hub),
     }
     proved["all"] = all(proved.values())
     return {
