@@ -147,7 +147,7 @@ real-results:
 	@$(BIN)/python -m aer_trl.studies.anchor $(STUDIES) --probe_record results/real_llm/anchor/probe.json \
 		--docs docs/real_llm.md >/dev/null
 	@$(BIN)/python -m aer_trl.studies.tradeoff $(STUDIES) --docs docs/real_llm.md \
-		--figure docs/img/real_llm_tradeoff.png >/dev/null
+		--figure docs/img/real_llm_tradeoff.png --confirm results/real_llm/confirm/study.yaml >/dev/null
 
 # The same study over seeds with 95% intervals (shares runs/real/ with `make real`: seed 0 is not trained twice).
 REAL_SEEDS ?= 0 1 2

@@ -66,10 +66,49 @@ def test_an_arm_two_studies_train_alike_is_one_arm_and_each_seed_counts_once(tmp
     assert "| a/fixed = b/fixed | 1 |" in tradeoff.table(found, also, reference)
 
 
+def _confirmation(folder: Path, cells: dict[tuple[str, int], tuple[float, int]]):
+    study = real_study.load_study(helpers.write_study(folder, seeds=[0, 1, 2, 3, 4]))
+    for (arm, seed), (entropy, unmarked) in cells.items():
+        helpers.fake_study_record(study, study.arm(arm), seed, 0.6, entropy, unmarked=unmarked)
+    real_study.tables(study)
+    return study
+
+
+def test_a_confirmation_is_read_by_its_rule_and_only_when_every_pair_is_in(tmp_path):
+    # H* = 0.2; 5 seeds: the bar is on target on at least 4 (0.8 of 5) and at most 1 point of answers lost on average
+    cells = {("grpo", s): (0.07, 0) for s in range(5)}
+    cells |= {("fixed", s): (0.2, 0) for s in range(4)}
+    partial = _confirmation(tmp_path / "partial", cells)
+    assert tradeoff.verdict(partial).endswith("4 of 5 seed pairs recorded; it is read when all are.\n")
+
+    met = _confirmation(tmp_path / "met", {**cells, ("fixed", 4): (0.3, 0)})  # seed 4: distance 0.5
+    text = tradeoff.verdict(met)
+    assert "on 4 of 5 seeds (the bar: at least 4)" in text and "+0.00 points" in text and "**The bar is met.**" in text
+
+    # seed 3 loses 60 of 1024 answers: 5.86 points, 1.17 on average over the 5 seeds
+    costly = _confirmation(tmp_path / "costly", {**cells, ("fixed", 3): (0.2, 60), ("fixed", 4): (0.3, 0)})
+    text = tradeoff.verdict(costly)
+    assert "+1.17 points" in text and "above it on 1 of 5 seeds" in text
+    assert "**The bar is not met** (the answer format)" in text
+
+    missed = _confirmation(tmp_path / "missed", {**cells, ("fixed", 3): (0.3, 0), ("fixed", 4): (0.3, 0)})
+    assert "on 3 of 5 seeds" in tradeoff.verdict(missed) and "not met** (the target)" in tradeoff.verdict(missed)
+
+
+def test_a_confirmation_with_more_than_one_arm_beside_the_reference_is_refused(tmp_path):
+    arms = {"grpo": {"recipe": "grpo"}, "a": {"recipe": "aer"}, "b": {"recipe": "aer"}}
+    study = real_study.load_study(helpers.write_study(tmp_path, arms=arms))
+    with pytest.raises(ValueError, match="one arm beside 'grpo'"):
+        tradeoff.verdict(study)
+
+
 def test_the_tradeoff_table_in_the_docs_regenerates_from_the_committed_records():
     root = Path(__file__).resolve().parents[1]
     studies = [str(p) for p in sorted((root / "results" / "real_llm").glob("*/study.yaml"))]
     table = tradeoff.main(studies)
     block = (root / "docs" / "real_llm.md").read_text().split("<!-- study:tradeoff -->\n", 1)[1]
     assert block.split("<!-- /study:tradeoff -->", 1)[0] == table, "run make real-results"
+    read = tradeoff.verdict(real_study.load_study(root / "results" / "real_llm" / "confirm" / "study.yaml"))
+    block = (root / "docs" / "real_llm.md").read_text().split("<!-- study:verdict -->\n", 1)[1]
+    assert block.split("<!-- /study:verdict -->", 1)[0] == read, "run make real-results"
     assert json.loads((root / "results" / "real_llm" / "record" / "study.json").read_text())["cells"]

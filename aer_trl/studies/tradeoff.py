@@ -2,6 +2,7 @@
 (docs/real_llm.md §3.7), made from the committed records alone.
 
     python -m aer_trl.studies.tradeoff results/real_llm/*/study.yaml [--docs docs/real_llm.md] [--figure F]
+        [--confirm results/real_llm/confirm/study.yaml]   # that study's pre-registered bar, read by rule (`verdict`)
 
 Each cell is placed by its median |H − H*|/H* over the second half of training (`target_distance`) and by its
 share of held-out completions without a parseable answer minus that of its study's reference arm (GRPO) on the same
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ from .real_study import Study, load_study, replace_block, settings_hash
 
 DISTANCE_BAR = 0.25  # median |H − H*|/H* over the second half
 FORMAT_BAR = 1.0  # points of held-out completions without an answer, over the reference's
+CONFIRM_SHARE = 0.8  # the confirmation's bar (results/real_llm/confirm/study.yaml): on target on 8 seeds of 10
 
 
 @dataclass
@@ -143,6 +146,33 @@ def table(found: list[Point], also: dict[str, list[str]], reference: list[float]
     return "\n".join(lines) + "\n"
 
 
+def verdict(study: Study, share: float = CONFIRM_SHARE) -> str:
+    """A pre-registered confirmation read by its own rule, from its own cells only: its one AER arm within
+    DISTANCE_BAR of H* on at least `share` of the seeds, and its no-answer share within FORMAT_BAR points of the
+    reference's on average over the same seeds. Nothing is read before every seed of both arms is recorded."""
+    arms = [a.name for a in study.arms if a.name != study.reference]
+    if len(arms) != 1:
+        raise ValueError(f"{study.source}: a confirmation names one arm beside {study.reference!r}, not {arms}")
+    found, _, _ = points([study])
+    seeds, need = len(study.seeds), math.ceil(share * len(study.seeds) - 1e-9)
+    head = f"Pre-registered bar for `{arms[0]}` against `{study.reference}`"
+    if len(found) < seeds:
+        return f"{head}: {len(found)} of {seeds} seed pairs recorded; it is read when all are.\n"
+    near = sum(p.on_target for p in found)
+    excess = statistics.fmean(p.no_answer_excess for p in found)
+    above = sum(p.no_answer_excess > 0 for p in found)
+    held, kept = near >= need, excess <= FORMAT_BAR
+    failed = [why for ok, why in ((held, "the target"), (kept, "the answer format")) if not ok]
+    return (
+        f"{head}, all {seeds} seed pairs recorded: within {DISTANCE_BAR} of H* (median over the second half) on "
+        f"{near} of {seeds} seeds (the bar: at least {need}); held-out completions without an answer "
+        f"{excess:+.2f} points against {study.reference}'s on average (the bar: at most {FORMAT_BAR:+g}; above it on "
+        f"{above} of {seeds} seeds); held-out pass@1 {statistics.fmean(p.pass1_diff for p in found):+.1f} points. "
+        + ("**The bar is met.**" if not failed else f"**The bar is not met** ({' and '.join(failed)}).")
+        + "\n"
+    )
+
+
 def _range(values: list[float], fmt: str) -> str:
     if not values:
         return "–"
@@ -193,6 +223,9 @@ def main(argv=None) -> str:
     parser.add_argument("studies", nargs="+", help="study files (their study.json holds the cells)")
     parser.add_argument("--docs", default=None, help="a page whose <!-- study:tradeoff --> block gets the table")
     parser.add_argument("--figure", type=Path, default=None, help="where to draw the cells (PNG)")
+    parser.add_argument(
+        "--confirm", default=None, help="a pre-registered confirmation study: its bar read into <!-- study:verdict -->"
+    )
     args = parser.parse_args(argv)
     studies = [load_study(p) for p in args.studies]
     found, also, reference = points([s for s in studies if (s.records / "study.json").is_file()])
@@ -202,6 +235,11 @@ def main(argv=None) -> str:
         plot(found, reference, args.figure)
     if args.docs:
         replace_block(Path(args.docs), "tradeoff", text)
+    if args.confirm:
+        read = verdict(load_study(args.confirm))
+        print(read)
+        if args.docs:
+            replace_block(Path(args.docs), "verdict", read)
     return text
 
 
