@@ -78,12 +78,15 @@ def test_a_confirmation_is_read_by_its_rule_and_only_when_every_pair_is_in(tmp_p
     # H* = 0.2; 5 seeds: the bar is on target on at least 4 (0.8 of 5) and at most 1 point of answers lost on average
     cells = {("grpo", s): (0.07, 0) for s in range(5)}
     cells |= {("fixed", s): (0.2, 0) for s in range(4)}
+    none = real_study.load_study(helpers.write_study(tmp_path / "none", seeds=[0, 1, 2, 3, 4]))
+    assert "0 of 5 seed pairs recorded" in tradeoff.verdict(none)  # no record yet, no study.json
     partial = _confirmation(tmp_path / "partial", cells)
     assert tradeoff.verdict(partial).endswith("4 of 5 seed pairs recorded; it is read when all are.\n")
 
     met = _confirmation(tmp_path / "met", {**cells, ("fixed", 4): (0.3, 0)})  # seed 4: distance 0.5
     text = tradeoff.verdict(met)
-    assert "on 4 of 5 seeds (the bar: at least 4)" in text and "+0.00 points" in text and "**The bar is met.**" in text
+    assert "on 4 of 5 seeds (the bar: at least 4;" in text and "+0.00 points" in text and "**The bar is met.**" in text
+    assert "noise), which is not the bar: 4)" in text  # a constant entropy has no noise: the 0.25 bar decides
 
     # seed 3 loses 60 of 1024 answers: 5.86 points, 1.17 on average over the 5 seeds
     costly = _confirmation(tmp_path / "costly", {**cells, ("fixed", 3): (0.2, 60), ("fixed", 4): (0.3, 0)})

@@ -153,7 +153,7 @@ def verdict(study: Study, share: float = CONFIRM_SHARE) -> str:
     arms = [a.name for a in study.arms if a.name != study.reference]
     if len(arms) != 1:
         raise ValueError(f"{study.source}: a confirmation names one arm beside {study.reference!r}, not {arms}")
-    found, _, _ = points([study])
+    found = points([study])[0] if (study.records / "study.json").is_file() else []
     seeds, need = len(study.seeds), math.ceil(share * len(study.seeds) - 1e-9)
     head = f"Pre-registered bar for `{arms[0]}` against `{study.reference}`"
     if len(found) < seeds:
@@ -165,7 +165,8 @@ def verdict(study: Study, share: float = CONFIRM_SHARE) -> str:
     failed = [why for ok, why in ((held, "the target"), (kept, "the answer format")) if not ok]
     return (
         f"{head}, all {seeds} seed pairs recorded: within {DISTANCE_BAR} of H* (median over the second half) on "
-        f"{near} of {seeds} seeds (the bar: at least {need}); held-out completions without an answer "
+        f"{near} of {seeds} seeds (the bar: at least {need}; within max({DISTANCE_BAR}, the run's batch-to-batch "
+        f"noise), which is not the bar: {sum(p.within_noise for p in found)}); held-out completions without an answer "
         f"{excess:+.2f} points against {study.reference}'s on average (the bar: at most {FORMAT_BAR:+g}; above it on "
         f"{above} of {seeds} seeds); held-out pass@1 {statistics.fmean(p.pass1_diff for p in found):+.1f} points. "
         + ("**The bar is met.**" if not failed else f"**The bar is not met** ({' and '.join(failed)}).")
