@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 
-__all__ = ["T975", "interval", "batch_noise"]
+__all__ = ["T975", "interval", "batch_noise", "sign_test"]
 
 # two-sided 95% quantiles of Student's t by degrees of freedom
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -43,3 +43,15 @@ def batch_noise(values: list[float], window: int = 5, start: int = 0) -> float:
     if not residuals:
         return float("nan")
     return statistics.median(residuals) / math.sqrt(1 - 1 / window)
+
+
+def sign_test(differences: list[float]) -> tuple[int, int, float]:
+    """Two-sided exact sign test of paired differences: (how many are above 0, how many below, p). Ties (0) are
+    dropped; p = min(1, 2·P(X ≤ min(above, below))) for X ~ Binomial(above + below, 1/2); 1.0 with no untied pair."""
+    above = sum(d > 0 for d in differences)
+    below = sum(d < 0 for d in differences)
+    n = above + below
+    if n == 0:
+        return above, below, 1.0
+    tail = sum(math.comb(n, i) for i in range(min(above, below) + 1)) / 2**n
+    return above, below, min(1.0, 2 * tail)

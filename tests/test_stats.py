@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from aer_trl import stats
 from aer_trl.stats import interval
 
 
@@ -32,3 +33,13 @@ def test_batch_noise_hand_computed_and_blind_to_drift():
     assert batch_noise(values, start=3) == pytest.approx(0.5 * (0.08 / 1.02 + 0.08 / 0.98) / math.sqrt(0.8))
     with pytest.raises(ValueError, match="odd"):
         batch_noise(values, window=4)
+
+
+def test_sign_test_hand_computed():
+    # 10 of 10 above: p = 2 · (1/2)^10 = 2/1024
+    assert stats.sign_test([0.5] * 10) == (10, 0, 2 / 1024)
+    # 7 above, 2 below, one tie dropped: p = 2 · (C(9,0) + C(9,1) + C(9,2)) / 2^9 = 2 · 46 / 512
+    above, below, p = stats.sign_test([1, 2, 3, 4, 5, 6, 7, -1, -2, 0])
+    assert (above, below) == (7, 2) and p == pytest.approx(92 / 512)
+    assert stats.sign_test([1, -1])[2] == 1.0  # capped at 1
+    assert stats.sign_test([0, 0]) == (0, 0, 1.0)  # no untied pair: no evidence

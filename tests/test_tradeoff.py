@@ -87,12 +87,20 @@ def test_a_confirmation_is_read_by_its_rule_and_only_when_every_pair_is_in(tmp_p
     text = tradeoff.verdict(met)
     assert "on 4 of 5 seeds (the bar: at least 4;" in text and "+0.00 points" in text and "**The bar is met.**" in text
     assert "noise), which is not the bar: 4)" in text  # a constant entropy has no noise: the 0.25 bar decides
+    # seed by seed: seed 4 sits above H* (0.3 against 0.2) on every batch of the second half; GRPO (0.07) is 0.65 off
+    assert "| 4 | 0.50 | 0.65 | 0% | 0.00 | +0.0 | +0.0 | +0.0 |" in text
+    assert "no answer above grpo's on 0, below on 0 (p = 1)" in text  # every pair tied: no evidence either way
 
     # seed 3 loses 60 of 1024 answers: 5.86 points, 1.17 on average over the 5 seeds
     costly = _confirmation(tmp_path / "costly", {**cells, ("fixed", 3): (0.2, 60), ("fixed", 4): (0.3, 0)})
     text = tradeoff.verdict(costly)
     assert "+1.17 points" in text and "above it on 1 of 5 seeds" in text
     assert "**The bar is not met** (the answer format)" in text
+    assert "| 3 | 0.00 | 0.65 | 0% | 0.00 | +5.9 |" in text
+    assert "no answer above grpo's on 1, below on 0 (p = 1)" in text
+
+    below = _confirmation(tmp_path / "below", {**cells, ("fixed", 4): (0.1, 0)})  # under H* on every batch
+    assert "| 4 | 0.50 | 0.65 | 100% |" in tradeoff.verdict(below)
 
     missed = _confirmation(tmp_path / "missed", {**cells, ("fixed", 3): (0.3, 0), ("fixed", 4): (0.3, 0)})
     assert "on 3 of 5 seeds" in tradeoff.verdict(missed) and "not met** (the target)" in tradeoff.verdict(missed)

@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..stats import batch_noise
+from ..stats import batch_noise, sign_test
 from .real_study import Study, load_study, replace_block, settings_hash
 
 DISTANCE_BAR = 0.25  # median |H − H*|/H* over the second half
@@ -170,7 +170,47 @@ def verdict(study: Study, share: float = CONFIRM_SHARE) -> str:
         f"{excess:+.2f} points against {study.reference}'s on average (the bar: at most {FORMAT_BAR:+g}; above it on "
         f"{above} of {seeds} seeds); held-out pass@1 {statistics.fmean(p.pass1_diff for p in found):+.1f} points. "
         + ("**The bar is met.**" if not failed else f"**The bar is not met** ({' and '.join(failed)}).")
-        + "\n"
+        + "\n\n"
+        + _per_seed(study, arms[0])
+    )
+
+
+def _per_seed(study: Study, arm: str) -> str:
+    """A confirmation seed by seed, from its study.json: where the entropy sat against H*, what α did, and what the
+    arm cost or gained against the reference on the same seed, with two-sided sign tests over the pairs."""
+    cells = {(c["method"], c["seed"]): c for c in json.loads((study.records / "study.json").read_text())["cells"]}
+    lines = [
+        f"| seed | distance to H* (2nd half) | {study.reference}'s | batches below H* (2nd half) | α at the end | "
+        f"no answer − {study.reference} (points) | pass@1 − {study.reference} | pass@16 − {study.reference} |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    diffs: dict[str, list[float]] = {"no answer": [], "pass@1": [], "pass@16": []}
+    for seed in study.seeds:
+        mine, ref = cells[(arm, seed)], cells[(study.reference, seed)]
+        entropy = [h for _, h in mine["curves"]["entropy"]]
+        half = entropy[len(entropy) // 2 :]
+        below = sum(h < mine["target"] for h in half) / len(half)
+        row = {
+            "no answer": 100 * (mine["no_answer_share"] - ref["no_answer_share"]),
+            "pass@1": 100 * (mine["passk"]["pass@1"] - ref["passk"]["pass@1"]),
+            "pass@16": 100 * (mine["passk"]["pass@16"] - ref["passk"]["pass@16"]),
+        }
+        for key, value in row.items():
+            diffs[key].append(value)
+        lines.append(
+            f"| {seed} | {mine['target_distance']:.2f} | {ref['target_distance']:.2f} | {below:.0%} | "
+            f"{mine['curves']['alpha'][-1][1]:.2f} | {row['no answer']:+.1f} | {row['pass@1']:+.1f} | "
+            f"{row['pass@16']:+.1f} |"
+        )
+    tests = []
+    for key, values in diffs.items():
+        above, below, p = sign_test(values)
+        tests.append(f"{key} above {study.reference}'s on {above}, below on {below} (p = {p:.3g})")
+    return (
+        "\n".join(lines)
+        + f"\n\nSign tests over the {len(study.seeds)} seed pairs (two-sided, ties dropped): "
+        + "; ".join(tests)
+        + ".\n"
     )
 
 
