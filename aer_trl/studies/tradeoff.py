@@ -171,14 +171,15 @@ def verdict(study: Study, share: float = CONFIRM_SHARE) -> str:
         f"{above} of {seeds} seeds); held-out pass@1 {statistics.fmean(p.pass1_diff for p in found):+.1f} points. "
         + ("**The bar is met.**" if not failed else f"**The bar is not met** ({' and '.join(failed)}).")
         + "\n\n"
-        + _per_seed(study, arms[0])
+        + _per_seed(study, arms[0], found)
     )
 
 
-def _per_seed(study: Study, arm: str) -> str:
-    """A confirmation seed by seed, from its study.json: where the entropy sat against H*, what α did, and what the
-    arm cost or gained against the reference on the same seed, with two-sided sign tests over the pairs."""
+def _per_seed(study: Study, arm: str, found: list[Point]) -> str:
+    """A confirmation seed by seed: its points (`found`), and from its study.json what they do not hold (where the
+    entropy sat against H*, what α did, pass@16, the reference's distance); sign tests over the pairs."""
     cells = {(c["method"], c["seed"]): c for c in json.loads((study.records / "study.json").read_text())["cells"]}
+    by_seed = {p.seed: p for p in found}
     lines = [
         f"| seed | distance to H* (2nd half) | {study.reference}'s | batches below H* (2nd half) | α at the end | "
         f"no answer − {study.reference} (points) | pass@1 − {study.reference} | pass@16 − {study.reference} |",
@@ -186,19 +187,19 @@ def _per_seed(study: Study, arm: str) -> str:
     ]
     diffs: dict[str, list[float]] = {"no answer": [], "pass@1": [], "pass@16": []}
     for seed in study.seeds:
-        mine, ref = cells[(arm, seed)], cells[(study.reference, seed)]
+        point, mine, ref = by_seed[seed], cells[(arm, seed)], cells[(study.reference, seed)]
         entropy = [h for _, h in mine["curves"]["entropy"]]
         half = entropy[len(entropy) // 2 :]
         below = sum(h < mine["target"] for h in half) / len(half)
         row = {
-            "no answer": 100 * (mine["no_answer_share"] - ref["no_answer_share"]),
-            "pass@1": 100 * (mine["passk"]["pass@1"] - ref["passk"]["pass@1"]),
+            "no answer": point.no_answer_excess,
+            "pass@1": point.pass1_diff,
             "pass@16": 100 * (mine["passk"]["pass@16"] - ref["passk"]["pass@16"]),
         }
         for key, value in row.items():
             diffs[key].append(value)
         lines.append(
-            f"| {seed} | {mine['target_distance']:.2f} | {ref['target_distance']:.2f} | {below:.0%} | "
+            f"| {seed} | {point.distance:.2f} | {ref['target_distance']:.2f} | {below:.0%} | "
             f"{mine['curves']['alpha'][-1][1]:.2f} | {row['no answer']:+.1f} | {row['pass@1']:+.1f} | "
             f"{row['pass@16']:+.1f} |"
         )
