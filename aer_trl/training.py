@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import logging
 import os
 import sys
@@ -154,9 +155,18 @@ def _step(path: Path) -> int:
         return -1
 
 
+def is_complete_checkpoint(folder: Path) -> bool:
+    """A save writes trainer_state.json last; a save killed while writing it (or a full disk) leaves it torn."""
+    try:
+        return isinstance(json.loads((folder / "trainer_state.json").read_text()), dict)
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_resume(value, output_dir: str) -> str | None:
     """`resume_from_checkpoint` as Trainer.train wants it: `true`/`latest` → the newest *complete* checkpoint of
-    `output_dir` (one with trainer_state.json, written last by a save; incomplete ones are skipped with a warning),
+    `output_dir` (one whose trainer_state.json, written last by a save, reads whole; incomplete ones are skipped with a
+    warning),
     a folder → that folder, `false`/unset → None; anything else is an error naming the value."""
     if value is None or value is False:
         return None
@@ -165,12 +175,12 @@ def resolve_resume(value, output_dir: str) -> str | None:
         return None
     if value is True or text.lower() in ("true", "latest", "yes"):
         folders = sorted((p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir()), key=_step)
-        complete = [p for p in folders if (p / "trainer_state.json").is_file()]
+        complete = [p for p in folders if is_complete_checkpoint(p)]
         for p in folders:
             if p not in complete and (not complete or _step(p) > _step(complete[-1])):
                 logger.warning(
-                    "resume_from_checkpoint: skipping %s, an incomplete checkpoint (no trainer_state.json: the save "
-                    "was interrupted, or the disk filled up)",
+                    "resume_from_checkpoint: skipping %s, an incomplete checkpoint (trainer_state.json missing or "
+                    "torn: the save was interrupted, or the disk filled up)",
                     p,
                 )
         if not complete:
@@ -178,9 +188,10 @@ def resolve_resume(value, output_dir: str) -> str | None:
         return str(complete[-1])
     path = Path(text)
     if path.is_dir():
-        if not (path / "trainer_state.json").is_file():
+        if not is_complete_checkpoint(path):
             raise FileNotFoundError(
-                f"resume_from_checkpoint: {path} is not a complete checkpoint (no trainer_state.json)"
+                f"resume_from_checkpoint: {path} is not a complete checkpoint (its trainer_state.json is missing or "
+                "does not read as JSON: the save was interrupted)"
             )
         return str(path)
     raise ValueError(

@@ -80,6 +80,24 @@ def test_resume_values_are_checked(tmp_path):
         resolve_resume("maybe", str(tmp_path))
 
 
+@pytest.mark.parametrize("torn", ["", '{"global_step": 3, "log_hist'])
+def test_resume_skips_a_checkpoint_whose_state_file_is_empty_or_torn(tmp_path, torn, caplog):
+    """A kill (or a full disk) while trainer_state.json, the last file of a save, is being written leaves it empty or
+    cut off; `latest` takes the newest checkpoint that reads whole, and a folder named outright is refused."""
+    from aer_trl.training import resolve_resume
+
+    for step in (2, 3):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    (tmp_path / "checkpoint-3" / "trainer_state.json").write_text(torn)
+    with caplog.at_level("WARNING"):
+        assert resolve_resume("latest", str(tmp_path)) == str(tmp_path / "checkpoint-2")
+    assert "skipping" in caplog.text and "checkpoint-3" in caplog.text
+    with pytest.raises(FileNotFoundError, match="checkpoint-3 is not a complete checkpoint"):
+        resolve_resume(str(tmp_path / "checkpoint-3"), str(tmp_path))
+    assert resolve_resume(str(tmp_path / "checkpoint-2"), str(tmp_path)) == str(tmp_path / "checkpoint-2")
+
+
 def test_a_half_specified_real_run_is_refused():
     from trl import ModelConfig
 

@@ -14,6 +14,7 @@ import yaml
 
 from ...io import atomic_write
 from ...prompts import prompt_settings
+from ...training import is_complete_checkpoint
 from .spec import KS, Arm, Study, cell_dir, settings_hash
 
 
@@ -27,7 +28,7 @@ def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path) -> dic
     folder.mkdir(parents=True, exist_ok=True)
     settings = study.merged(arm)
     atomic_write(folder / "recipe.yaml", yaml.safe_dump(settings, sort_keys=True, allow_unicode=True))
-    resume = any((p / "trainer_state.json").is_file() for p in folder.glob("checkpoint-*"))
+    resume = any(is_complete_checkpoint(p) for p in folder.glob("checkpoint-*"))
     command = [
         sys.executable,
         "-m",
