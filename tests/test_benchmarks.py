@@ -151,3 +151,63 @@ def test_gpu_smoke_runs_every_part_in_its_cpu_mode(tmp_path):
     assert report["eval"]["harness_over_plain"] > 0
     if importlib.util.find_spec("vllm") is None:
         assert report["vllm"]["ok"] is None and "not installed" in report["vllm"]["skipped"]
+
+
+def test_gpu_carry_keeps_what_the_machine_lacks_and_drops_what_a_dense_model_never_loads():
+    import gpu_carry
+
+    image = gpu_carry.image_packages()
+    assert {"torch", "transformers", "accelerate", "peft", "numpy"} <= image and "vllm" not in image
+    pins = ["vllm==0.26.0", "torch==2.11.0", "Tilelang==0.1.9", "flashinfer_python==0.6.14", "pydantic==2.14.4"]
+    pins += ["nvidia-cutlass-dsl-libs-cu13==4.6.0", "numpy==2.5.2", "trl==1.16.0"]
+    assert gpu_carry.pins_to_carry(pins, image) == ["vllm==0.26.0", "pydantic==2.14.4", "trl==1.16.0"]
+    assert "flashinfer_python==0.6.14" in gpu_carry.pins_to_carry(pins, image, flashinfer=True)
+
+
+def test_gpu_carry_strips_vllms_unused_kernels_and_its_parts_join_back(tmp_path):
+    import hashlib
+    import os
+
+    import gpu_carry
+
+    site = tmp_path / "site"
+    files = [
+        "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",  # stripped
+        "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",  # kept: Hopper's attention
+        "vllm/_moe_C_stable_libtorch.abi3.so",
+        "vllm/_C_stable_libtorch.abi3.so",
+        "vllm/third_party/deep_gemm/_C.cpython-311-x86_64-linux-gnu.so",
+        "vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so",  # the machine's Python
+        "vllm/third_party/deep_gemm/include/cute/a.hpp",
+        "vllm/vllm-rs",
+    ]
+    for name in files:
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_bytes(b"x" * 10)
+    removed = dict(gpu_carry.strip_site(site))
+    left = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file())
+    assert left == [
+        "vllm/_C_stable_libtorch.abi3.so",
+        "vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so",
+        "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",
+    ]
+    assert removed["vllm/third_party/deep_gemm/include"] == 10 and len(removed) == 5
+
+    stream = tmp_path / "site.tar.xz"
+    stream.write_bytes(os.urandom(2500))
+    parts = gpu_carry.split_stream(stream, 1000, tmp_path / "carry")
+    assert [p.relative_to(tmp_path).as_posix() for p in parts] == [
+        "carry/1/site.tar.xz.001",
+        "carry/2/site.tar.xz.002",
+        "carry/3/site.tar.xz.003",
+    ]
+    assert b"".join(p.read_bytes() for p in sorted(parts, key=lambda p: p.name)) == stream.read_bytes()
+
+    sha = hashlib.sha256(stream.read_bytes()).hexdigest()
+    parts = [gpu_carry.ROOT / ".carry" / str(i) / f"site.tar.xz.{i:03d}" for i in (1, 2, 3)]
+    calls = gpu_carry.device_calls(parts, gpu_carry.ROOT / ".carry", sha, "python3 benchmarks/gpu_smoke.py")
+    assert [c["carry"] for c in calls] == [[".carry/1"], [".carry/2"], [".carry/3"]]
+    assert all(len(c["command"]) <= 2000 for c in calls)  # the device tool's limit on a command
+    last = calls[-1]["command"]
+    assert f"echo '{sha}  /tmp/site.tar.xz' | sha256sum -c" in last and "PYTHONPATH=/tmp/site" in last
+    assert last.index("cat /tmp/carry/site.tar.xz.*") < last.index("tar -xJf") < last.index("gpu_smoke.py")
