@@ -14,7 +14,7 @@ checkout included, and have no vLLM, TRL, DeepSpeed, datasets or math-verify. On
 4. unpack them into one folder and delete from vLLM the kernels such runs never load (`STRIP`);
 5. write one tar.xz stream cut into parts that fit beside the checkout, part k in `.carry/k/`, and `.carry/RUN.md`:
    one device call per part; the last joins them, checks their sha256, unpacks them into /tmp/site and runs
-   `make gpu-smoke` with PYTHONPATH=/tmp/site.
+   `make gpu-smoke` with PYTHONPATH=/tmp/site and the checkout.
 
     make gpu-carry                                      # .carry/1 ... .carry/N and .carry/RUN.md
     .venv/bin/python benchmarks/gpu_carry.py --flashinfer --parts vllm
@@ -162,7 +162,7 @@ def device_calls(parts: list[Path], out: Path, sha256: str, smoke: str) -> list[
                 f"set -e; mkdir -p /tmp/carry /tmp/site && cp {carry}/* /tmp/carry/ && "
                 f"cat /tmp/carry/{stream}.* > /tmp/{stream} && echo '{sha256}  /tmp/{stream}' | sha256sum -c && "
                 f"tar -xJf /tmp/{stream} -C /tmp/site && rm /tmp/{stream} && "
-                "export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 && "
+                "export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 && "
                 f"{smoke} 2>&1 | tee $OUT/gpu_smoke.log; cp runs/gpu_smoke/smoke.json $OUT/ || true"
             )
         calls.append({"command": command, "carry": [carry]})
