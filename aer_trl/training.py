@@ -166,8 +166,7 @@ def is_complete_checkpoint(folder: Path) -> bool:
 def resolve_resume(value, output_dir: str) -> str | None:
     """`resume_from_checkpoint` as Trainer.train wants it: `true`/`latest` → the newest *complete* checkpoint of
     `output_dir` (one whose trainer_state.json, written last by a save, reads whole; incomplete ones are skipped with a
-    warning),
-    a folder → that folder, `false`/unset → None; anything else is an error naming the value."""
+    warning), a folder → that folder, `false`/unset → None; anything else is an error naming the value."""
     if value is None or value is False:
         return None
     text = str(value).strip()
