@@ -250,12 +250,15 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     out = Path(args.out)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
     checkout = checkout_bytes()
     part_bytes = int(args.part_mb * 1e6) if args.part_mb else CALL_LIMIT - checkout - MARGIN
-    if part_bytes + checkout > CALL_LIMIT:
-        raise SystemExit(f"--part-mb {args.part_mb}: a part and the checkout ({checkout / 1e6:.1f} MB) exceed 64 MiB")
+    if part_bytes < 2**20 or part_bytes + checkout > CALL_LIMIT:
+        raise SystemExit(
+            f"--part-mb {args.part_mb}: a part must be at least 1 MiB and fit in 64 MiB with the checkout "
+            f"({checkout / 1e6:.1f} MB, which travels with every call)"
+        )
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix="gpu-carry-") as tmp:
         work = Path(tmp)
         wheels = work / "wheels"
