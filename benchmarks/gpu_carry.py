@@ -37,6 +37,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from packaging.utils import canonicalize_name as canonical
+
 ROOT = Path(__file__).resolve().parents[1]
 CONSTRAINTS = ROOT / "constraints-gpu.txt"
 IMAGE = ROOT / "benchmarks" / "gpu_image.txt"
@@ -93,10 +95,6 @@ STRIP = {
 }
 
 
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def image_packages(path: Path = IMAGE) -> set[str]:
     lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
     return {canonical(line) for line in lines if line}
@@ -151,7 +149,7 @@ def checkout_bytes(root: Path = ROOT) -> int:
     return sum((root / n.decode()).stat().st_size for n in names if n and (root / n.decode()).is_file())
 
 
-def device_calls(parts: list[Path], out: Path, sha256: str, smoke: str) -> list[dict]:
+def device_calls(parts: list[Path], sha256: str, smoke: str) -> list[dict]:
     """The `run` calls that bring the parts over and run the smoke test: {command, carry} each."""
     stream = parts[0].name.rsplit(".", 1)[0]
     calls = []
@@ -204,13 +202,14 @@ def resolve(requirements: list[str], work: Path) -> list[str]:
     return [line.strip() for line in (work / "lock.txt").read_text().splitlines() if "==" in line]
 
 
+# pip acting for the GPU machine's Python and platform rather than this one's
+FOR_TARGET = ["--no-deps", "--only-binary=:all:", "--python-version", PYTHON, "--implementation", "cp"]
+FOR_TARGET += [a for p in PLATFORMS for a in ("--platform", p)]
+
+
 def download(pins: list[str], dest: Path) -> None:
-    platforms = [a for p in PLATFORMS for a in ("--platform", p)]
     (dest / "pins.txt").write_text("\n".join(pins) + "\n")
-    run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version"]
-        + [PYTHON, "--implementation", "cp", *platforms, "-d", str(dest), "-r", str(dest / "pins.txt")]
-    )
+    run([sys.executable, "-m", "pip", "download", "-q", *FOR_TARGET, "-d", str(dest), "-r", str(dest / "pins.txt")])
 
 
 def requires_dist(wheel: Path) -> list[str]:
@@ -223,15 +222,11 @@ def requires_dist(wheel: Path) -> list[str]:
 
 
 def unpack(wheels: list[Path], site: Path) -> None:
-    """Wheels unzipped into one folder, as `pip install --target` lays them out (purelib/platlib at the top)."""
-    for wheel in wheels:
-        with zipfile.ZipFile(wheel) as z:
-            z.extractall(site)
-    for data in site.glob("*.data"):
-        for kind in ("purelib", "platlib"):
-            if (data / kind).is_dir():
-                shutil.copytree(data / kind, site, dirs_exist_ok=True)
-        shutil.rmtree(data)
+    """The wheels installed into one folder for the GPU machine's Python (`pip install --target`)."""
+    run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-compile", *FOR_TARGET, "--target", str(site)]
+        + [str(w) for w in wheels]
+    )
 
 
 def project_requirements() -> list[str]:
@@ -283,7 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
         parts = split_stream(stream, part_bytes, out)
     smoke = "python3 benchmarks/gpu_smoke.py --json runs/gpu_smoke/smoke.json --output_dir runs/gpu_smoke"
     smoke += " --parts " + " ".join(args.parts) if args.parts else ""
-    calls = device_calls(parts, out, sha256, smoke)
+    calls = device_calls(parts, sha256, smoke)
     summary = {
         "carried": carried,
         "dropped": {p: DROPPED[n] for p in pins for n in DROPPED if canonical(p.split("==")[0]) == canonical(n)},

@@ -208,7 +208,7 @@ def test_gpu_carry_strips_vllms_unused_kernels_and_its_parts_join_back(tmp_path)
 
     sha = hashlib.sha256(stream.read_bytes()).hexdigest()
     parts = [gpu_carry.ROOT / ".carry" / str(i) / f"site.tar.xz.{i:03d}" for i in (1, 2, 3)]
-    calls = gpu_carry.device_calls(parts, gpu_carry.ROOT / ".carry", sha, "python3 benchmarks/gpu_smoke.py")
+    calls = gpu_carry.device_calls(parts, sha, "python3 benchmarks/gpu_smoke.py")
     assert [c["carry"] for c in calls] == [[".carry/1"], [".carry/2"], [".carry/3"]]
     assert all(len(c["command"]) <= 2000 for c in calls)  # the device tool's limit on a command
     last = calls[-1]["command"]
