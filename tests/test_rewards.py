@@ -141,10 +141,18 @@ ADVERSARIAL = {
     "10k nested braces": ("\\boxed{" + "{" * 10000 + "1" + "}" * 10000 + "}", "1"),
     "100k boxes": ("\\boxed{1}" * 100_000, "1"),
     "1 MB of digits": ("9" * 1_000_000 + " \\boxed{3}", "3"),
+    # an answer-choice wrapper opened, then a run of spaces: its reader was quadratic here (hours at a million)
+    "choice wrapper + 1M spaces": ("\\boxed{\\textbf{" + " " * 1_000_000 + "x}}", "1"),
+    "choice + 1M spaces": ("\\boxed{\\textbf{(C" + " " * 1_000_000 + "x}}", "1"),
 }
 # marker lines: a run of whitespace after the marker (a lazy `(.+?)\s*$` took minutes on these)
 MARKED = {
-    "answer": ["Answer: 5" + " " * 1_000_000 + "x", "Answer:" + " \t" * 500_000, "Answer: 5\n" * 100_000],
+    "answer": [
+        "Answer: 5" + " " * 1_000_000 + "x",
+        "Answer:" + " \t" * 500_000,
+        "Answer: 5\n" * 100_000,
+        "Answer: \\text{" + " " * 1_000_000 + "x",
+    ],
     "gsm8k": ["#### 5" + " " * 1_000_000 + "x", "####" + " \t" * 500_000, "#### " * 200_000],
 }
 # a hang guard, not a speed target: a stuck check would never return; the hard limit (5 s per completion) ends
@@ -175,6 +183,7 @@ def test_marker_formats_read_adversarial_outputs_in_linear_time(fmt):
     assert time.monotonic() - start < LIMIT
     assert answers[0].startswith("5") and answers[0].endswith("x") and answers[1] == ""
     assert answers[2] == "5" if fmt == "answer" else answers[2].startswith("####")  # one marker, the rest its line
+    assert answers[3:] in ([], ["\\text{" + " " * 1_000_000 + "x"])  # not a choice wrapper: left as written
 
 
 def test_adversarial_outputs_return_in_time_on_a_worker_thread():
