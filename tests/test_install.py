@@ -71,3 +71,20 @@ def test_the_wheel_installed_elsewhere_runs_the_lab_demo(tmp_path):
     assert demo.returncode == 0, demo.stderr[-3000:]  # the exit status of a run that worked is 0
     assert "| AER-GRPO (`aer`) | 1 |" in (elsewhere / "demo" / "passk.md").read_text()
     assert (elsewhere / "demo" / "aer-seed0" / "metrics.jsonl").is_file()
+
+
+def test_requires_python_is_no_lower_than_what_the_dependencies_need():
+    """pip on an older Python would otherwise fail far from the cause ("no matching distribution for trl")."""
+    import tomllib
+    from importlib.metadata import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    ours = SpecifierSet(project["requires-python"])
+    floor = min((spec.version for spec in ours if spec.operator == ">="), key=lambda v: tuple(map(int, v.split("."))))
+    for dependency in project["dependencies"]:
+        name = Requirement(dependency).name
+        theirs = metadata(name).get("Requires-Python")
+        assert not theirs or SpecifierSet(theirs).contains(floor), (name, theirs, floor)

@@ -5,9 +5,8 @@ the floors contract, and the contracts do fail on an upward import."""
 import shutil
 import subprocess
 import sys
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "aer_trl"
