@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datasets import Dataset, load_dataset
+from datasets.exceptions import DatasetGenerationError
+from pyarrow import ArrowInvalid
 
 from .prompts import PromptFormat, format_prompt, solved_text
 from .rewards import parse_gold
@@ -139,7 +141,12 @@ def load_raw_table(
             raise FileNotFoundError(f"{field}: local file {path} does not exist")
         if path.stat().st_size == 0:
             raise ValueError(f"{field}: local file {path} is empty")
-        return load_dataset(LOCAL_FORMATS[path.suffix], data_files=str(path), split="train"), str(path)
+        try:
+            return load_dataset(LOCAL_FORMATS[path.suffix], data_files=str(path), split="train"), str(path)
+        except (DatasetGenerationError, ArrowInvalid) as err:  # datasets' own message names neither file nor row
+            raise ValueError(
+                f"{field}: local file {path} is not valid {path.suffix[1:]}: {err.__cause__ or err}"
+            ) from err
     source = SOURCES.get(name_or_path.lower(), MathSource(name_or_path))
     raw = load_dataset(source.hub_id, name=config or source.config, split=split or source.split)
     if source.filter_year is not None and "url" in raw.column_names:

@@ -40,6 +40,13 @@ def test_data_loader_errors_name_the_problem(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(ValueError, match="empty.jsonl is empty"):
         load_math_dataset(str(tmp_path / "empty.jsonl"))
+    torn = tmp_path / "torn.jsonl"  # a file whose writer was killed mid-line
+    torn.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "ans')
+    with pytest.raises(ValueError, match=r"dataset_name: local file .*torn.jsonl is not valid jsonl: .*row 1"):
+        load_math_dataset(str(torn))
+    (tmp_path / "torn.parquet").write_bytes(b"PAR1\x00\x01")
+    with pytest.raises(ValueError, match=r"local file .*torn.parquet is not valid parquet"):
+        load_math_dataset(str(tmp_path / "torn.parquet"))
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"question": "q", "answer": "???"}, {"question": "r", "answer": ""}])
     with pytest.raises(ValueError, match="none of its 2 rows has a gold answer"):
         load_math_dataset(str(bad))
