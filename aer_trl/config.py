@@ -25,8 +25,13 @@ _BOOKKEEPING = re.compile(
     r"restore_callback_states_from_checkpoint|disable_tqdm|skip_memory_metrics|local_rank|debug|label_names|"
     r"length_column_name|prediction_loss_only|metric_for_best_model|greater_is_better|load_best_model_at_end|"
     r"batch_eval_metrics|per_device_eval_batch_size|num_generations_eval|num_completions_to_print|"
-    r"torch_empty_cache_steps|ddp_timeout"
+    r"torch_empty_cache_steps|ddp_timeout|lab_cache_dir"
 )
+
+
+def shaping_settings(values: dict) -> dict:
+    """The entries of a dict of arguments that shape the trained model (all but `_BOOKKEEPING`), as JSON values."""
+    return json.loads(json.dumps({k: v for k, v in values.items() if not _BOOKKEEPING.fullmatch(k)}, default=str))
 
 
 def rollout_steps(args) -> int | None:
@@ -336,9 +341,8 @@ class AERConfig(GRPOConfig):
         """The settings that shape the trained model (every field but logging, saving, evaluation and Hub
         bookkeeping), JSON values. Saved with AER's controller state in each checkpoint, so that a resume with other
         settings says which ones changed."""
-        values = {k: v for k, v in self.to_dict().items() if not _BOOKKEEPING.fullmatch(k)}
-        values["world_size"] = self.world_size  # processes: the global batch and the data each one sees
-        return json.loads(json.dumps(values, default=str))
+        # world_size: the processes, hence the global batch and the data each one sees
+        return shaping_settings({**self.to_dict(), "world_size": self.world_size})
 
     @property
     def method_settings(self) -> dict:

@@ -59,7 +59,8 @@ class ResumeMixin:
             probed = self.args.aer_anchor_probe and live.initial_entropy is not None
             self._anchor_trl_entropy_target(live.initial_entropy if probed else history[0]["entropy"])
         saved = data["attributes"].get("settings")
-        changes = settings_changes(saved, self.args.run_settings()) if saved else {}
+        current = live.settings if live.settings is not None else self.args.run_settings()  # with the data's, if given
+        changes = settings_changes(saved, current) if saved else {}
         if changes and self.accelerator.is_main_process:
             kept = {k: v for k, v in changes.items() if k in OPTIMIZER_STATE_FIELDS}
             applied = {k: v for k, v in changes.items() if k not in kept}

@@ -15,12 +15,13 @@ import json
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
 
-from .config import AERConfig
+from .callback import AERCallback
+from .config import AERConfig, shaping_settings
 from .config_checks import renamed_keys_message
 from .engine import engine_sampler
 from .evaluation import PassAtKCallback
@@ -256,6 +257,9 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
     )
     if callbacks:
         callbacks[0].sampler_factory = validation_sampler(script_args, training_args, trainer)
+    for cb in trainer.callback_handler.callbacks:  # a resume on other data, prompts or rewards says so
+        if isinstance(cb, AERCallback) and cb.settings is not None:
+            cb.settings.update(shaping_settings({**asdict(script_args), "train_rows": len(dataset)}))
     trainer.accelerator.print(f"Training data: {data_description}")
     trainer.train(
         resume_from_checkpoint=resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)

@@ -59,6 +59,8 @@ def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
             *lab_argv(tmp_path, "--max_steps", "3"),
             "--resume_from_checkpoint",
             "true",
+            "--max_train_samples",  # the script's arguments are settings too: a resume on other data says so
+            "48",
         ],
         capture_output=True,
         text=True,
@@ -66,6 +68,8 @@ def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "skipping" in done.stderr and "checkpoint-2" in done.stderr
+    applied = done.stderr.split("Applied from here on: ")[1].split(" (α=")[0]
+    assert applied == "max_steps 2 -> 3; max_train_samples None -> 48; train_rows 64 -> 48", applied
     state = json.loads((run / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["global_step"] == 3
 
