@@ -25,12 +25,19 @@ class ResumeMixin:
         checkpoint's. Every setting that differs from the checkpoint's is named in a warning, with whether it applies
         (`OPTIMIZER_STATE_FIELDS` do not: transformers restores the optimizer's param groups as saved)."""
         live = next((cb for cb in self.callback_handler.callbacks if isinstance(cb, AERCallback)), None)
+        # stateful callbacks that restore themselves (`restore(saved)`: PassAtKCallback), with their saved states
+        restorable = [
+            (cb, self.state.stateful_callbacks.get(type(cb).__name__))
+            for cb in self.callback_handler.callbacks
+            if isinstance(cb, ExportableState) and callable(getattr(cb, "restore", None))
+        ]
         stored = self.state.stateful_callbacks.get(AERCallback.__name__)
         for entry in stored if isinstance(stored, list) else [stored] if stored else []:
             arguments = entry.get("args", {})  # a checkpoint saved before the rename, rebuilt by transformers
             if "absolute_target" in arguments:
                 arguments["fixed_target"] = arguments.pop("absolute_target")
         super()._load_callback_state()
+        self._restore_callbacks(restorable)
         data = self.state.stateful_callbacks.get(AERCallback.__name__)
         # A stateful callback the checkpoint did not have (resuming AER from a plain GRPO checkpoint, a PassAtKCallback
         # added on resume) gets its entry back: transformers' _save_checkpoint indexes the loaded state by name and
@@ -82,3 +89,19 @@ class ResumeMixin:
                 else "",
             )
         self.aer_resume_changes = changes
+
+    def _restore_callbacks(self, restorable: list) -> None:
+        """The run's own self-restoring callbacks stay (transformers would rebuild them from the checkpoint's
+        arguments: for `PassAtKCallback`, without the run's prompt format or its vLLM sampler), and each restores
+        itself from its saved state (several of one class: in order)."""
+        for cb in list(self.callback_handler.callbacks):
+            if any(type(cb) is type(own) for own, _ in restorable) and all(cb is not own for own, _ in restorable):
+                self.callback_handler.remove_callback(cb)  # rebuilt by transformers from the checkpoint
+        seen: dict[type, int] = {}
+        for cb, saved in restorable:
+            if all(cb is not other for other in self.callback_handler.callbacks):
+                self.callback_handler.add_callback(cb)
+            entries = saved if isinstance(saved, list) else [saved] if saved else []
+            index = seen[type(cb)] = seen.get(type(cb), -1) + 1
+            if index < len(entries):
+                cb.restore(entries[index])

@@ -328,6 +328,45 @@ def test_best_checkpoint_survives_rotation(tmp_path, tokenizer, model_and_bench,
     assert any(k.startswith("eval_passk/bench/pass@1") for h in trainer.state.log_history for k in h)
 
 
+@pytest.mark.parametrize("restore_flag", [False, True])
+def test_a_resume_keeps_the_runs_validation_and_compares_only_like_with_like(
+    tmp_path, tokenizer, model_and_bench, monkeypatch, restore_flag, caplog
+):
+    """Resumed, the run's own callback validates (transformers' restore flag would rebuild it from the checkpoint's
+    arguments, without the run's prompt format or vLLM sampler); it keeps the checkpoint's best pass@1 when its
+    figures measure the same thing, and when they do not (another token budget here) it says so and the next
+    validation sets the best afresh instead of losing to a figure measured otherwise."""
+    _, bench = model_and_bench
+    common = dict(save_strategy="steps", save_steps=1, restore_callback_states_from_checkpoint=restore_flag)
+    trainer, cb = train_with_callback(tmp_path, tokenizer, bench, max_steps=2, **common)
+    scores = iter([0.5, 0.2])
+    monkeypatch.setattr(cb, "evaluate", lambda model, tok: {"pass@1": next(scores), "pass@4": 0.9})
+    trainer.train()
+    assert json.loads((tmp_path / "best_checkpoint.json").read_text())["step"] == 1
+
+    def resume(max_new_tokens):
+        cb = PassAtKCallback(
+            bench, eval_steps=1, num_samples=4, k_list=[1, 4], max_new_tokens=max_new_tokens, max_problems=4
+        )
+        trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, max_steps=3, **common), callbacks=[cb])
+        monkeypatch.setattr(cb, "evaluate", lambda model, tok: {"pass@1": 0.3, "pass@4": 0.9})
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="aer_trl.evaluation.callback"):
+            trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+        assert [h["step"] for h in cb.history] == [1, 2, 3] and cb.history[-1]["pass@1"] == 0.3  # this callback ran
+        return cb, json.loads((tmp_path / "best_checkpoint.json").read_text())
+
+    same, best = resume(max_new_tokens=2)
+    assert (same.best_step, best["step"], best["pass@1"]) == (
+        1,
+        1,
+        0.5,
+    ) and "measures something else" not in caplog.text
+    other, best = resume(max_new_tokens=3)
+    assert (other.best_step, best["step"], best["pass@1"]) == (3, 3, 0.3)
+    assert "measures something else than the checkpoint's (max_new_tokens 2 -> 3)" in caplog.text
+
+
 def test_validation_steps_inside_an_aer_rollout_batch_are_refused(tmp_path, model_and_bench):
     """AER writes no checkpoint inside a rollout batch, so a best checkpoint found there would never be saved."""
     _, bench = model_and_bench

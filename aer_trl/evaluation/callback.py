@@ -4,6 +4,7 @@ checkpoint with the best pass@1)."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import torch
@@ -18,6 +19,8 @@ from .backends import TransformersGenerator
 from .passk import passk_summary
 from .plan import load_problems, make_chunks
 from .scoring import judge
+
+logger = logging.getLogger(__name__)
 
 
 def _dist():
@@ -85,9 +88,15 @@ class PassAtKCallback(TrainerCallback, ExportableState):
         prompt = prompt_settings(prompt_args) if prompt_args is not None else {}
         self.eval_args = EvalArguments(models=["<training>"], benchmarks=[benchmark], **sampling, **prompt)
         self._init = dict(benchmark=benchmark, eval_steps=eval_steps, **sampling)  # what `state()` saves
+        # what a pass@1 figure measures: two figures compare only when these agree (the best after a resume)
+        self.measure = dict(
+            benchmark=benchmark, max_new_tokens=max_new_tokens, temperature=temperature, max_problems=max_problems
+        )
+        self.measure.update(prompt)
         self.best_pass_at_1: float | None = None
         self.best_step: int | None = None
         self.history: list[dict] = []
+        self._restored = False  # the best so far was set from a checkpoint's state by `restore`
         self._problems = None
         self.sampler_factory = None  # EvalArguments -> generator; None: transformers' generate on the model
 
@@ -98,11 +107,37 @@ class PassAtKCallback(TrainerCallback, ExportableState):
                 "best_pass_at_1": self.best_pass_at_1,
                 "best_step": self.best_step,
                 "history": self.history,
+                "measure": self.measure,
             },
         }
 
+    def restore(self, saved: dict) -> dict[str, tuple]:
+        """On resume (`aer_trl.resume`): the best pass@1 so far and the history from a checkpoint's `state()`, this
+        run's settings kept. Returns what the figures measure that differs (field -> (saved, current)), named in a
+        warning: then the saved best is not comparable with this run's figures and is not restored; the next
+        validation sets the best afresh (until then the saved best checkpoint stays protected from rotation)."""
+        attributes, arguments = saved.get("attributes", {}), saved.get("args", {})
+        measured = attributes.get("measure")
+        if measured is None:  # a checkpoint from before `measure` was saved: what its arguments say
+            measured = {k: arguments[k] for k in self.measure if k in arguments}
+        keys = sorted(measured.keys() | self.measure.keys())
+        changes = {k: (measured.get(k), self.measure.get(k)) for k in keys if measured.get(k) != self.measure.get(k)}
+        self.history = list(attributes.get("history", []))
+        self._restored = True
+        if not changes:
+            self.best_pass_at_1, self.best_step = attributes.get("best_pass_at_1"), attributes.get("best_step")
+        elif _dist()[0] == 0:
+            logger.warning(
+                "resuming with validation that measures something else than the checkpoint's (%s): its best pass@1 "
+                "so far (%s at step %s) is not comparable, so the next validation sets the best afresh",
+                "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items()),
+                attributes.get("best_pass_at_1"),
+                attributes.get("best_step"),
+            )
+        return changes
+
     def on_train_begin(self, args, state, control, **kwargs):
-        if self.best_step is None and state.best_global_step:  # resumed without the callback's own state
+        if self.best_step is None and state.best_global_step and not self._restored:  # resumed without its state
             self.best_step, self.best_pass_at_1 = state.best_global_step, state.best_metric
         if args.save_strategy == "no":
             raise ValueError("PassAtKCallback (eval_benchmark) saves the best checkpoint: set save_strategy 'steps'")
