@@ -45,7 +45,12 @@ class ResumeMixin:
         for cb in self.callback_handler.callbacks:
             if isinstance(cb, ExportableState):
                 self.state.stateful_callbacks.setdefault(type(cb).__name__, cb.state())
-        if live is None:
+        if live is None:  # this run trains without AER's controller (a TRL method, measurements off)
+            entry = data[0] if isinstance(data, list) else data
+            saved = (entry or {}).get("attributes", {}).get("settings")
+            self.aer_resume_changes = settings_changes(saved, self.args.run_settings()) if saved else {}
+            alpha = (entry or {}).get("attributes", {}).get("controller_state", {}).get("alpha")
+            self._warn_resume_changes(f"this run has no AER controller: the checkpoint's α={alpha} is not used")
             return
         rebuilt = self.aer_callback
         if rebuilt is not live:  # transformers rebuilt it from the checkpoint's arguments: keep this run's settings
@@ -67,28 +72,33 @@ class ResumeMixin:
             self._anchor_trl_entropy_target(live.initial_entropy if probed else history[0]["entropy"])
         saved = data["attributes"].get("settings")
         current = live.settings if live.settings is not None else self.args.run_settings()  # with the data's, if given
-        changes = settings_changes(saved, current) if saved else {}
-        if changes and self.accelerator.is_main_process:
-            kept = {k: v for k, v in changes.items() if k in OPTIMIZER_STATE_FIELDS}
-            applied = {k: v for k, v in changes.items() if k not in kept}
+        self.aer_resume_changes = settings_changes(saved, current) if saved else {}
+        self._warn_resume_changes(
+            f"α={live.alpha}, H0={live.initial_entropy} and the iteration count carry over from the checkpoint"
+        )
 
-            def listed(c: dict) -> str:
-                return "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in c.items())
+    def _warn_resume_changes(self, controller: str) -> None:
+        """Names every setting in `aer_resume_changes` in one warning, with whether it applies; `controller` says
+        what becomes of AER's controller state."""
+        changes = self.aer_resume_changes
+        if not changes or not self.accelerator.is_main_process:
+            return
+        kept = {k: v for k, v in changes.items() if k in OPTIMIZER_STATE_FIELDS}
+        applied = {k: v for k, v in changes.items() if k not in kept}
 
-            logger.warning(
-                "resuming at step %d with settings that differ from the checkpoint's.%s%s",
-                self.state.global_step,
-                f" Applied from here on: {listed(applied)} (α={live.alpha}, H0={live.initial_entropy} and the "
-                "iteration count carry over from the checkpoint)."
-                if applied
-                else "",
-                f" NOT applied: {listed(kept)} (the optimizer state restored from the checkpoint keeps its learning "
-                "rate, betas, eps and weight decay, as transformers restores it; to change them, start a new run "
-                "from the checkpoint's weights)."
-                if kept
-                else "",
-            )
-        self.aer_resume_changes = changes
+        def listed(c: dict) -> str:
+            return "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in c.items())
+
+        logger.warning(
+            "resuming at step %d with settings that differ from the checkpoint's.%s%s",
+            self.state.global_step,
+            f" Applied from here on: {listed(applied)} ({controller})." if applied else "",
+            f" NOT applied: {listed(kept)} (the optimizer state restored from the checkpoint keeps its learning "
+            "rate, betas, eps and weight decay, as transformers restores it; to change them, start a new run "
+            "from the checkpoint's weights)."
+            if kept
+            else "",
+        )
 
     def _restore_callbacks(self, restorable: list) -> None:
         """The run's own self-restoring callbacks stay (transformers would rebuild them from the checkpoint's

@@ -351,6 +351,20 @@ def test_a_checkpoint_saved_under_the_old_key_names_resumes(tmp_path, tokenizer)
     assert alphas(resumed) == alphas(full) and resumed.aer_resume_changes == {}
 
 
+def test_resuming_an_aer_checkpoint_as_a_trl_method_says_what_changed(tmp_path, tokenizer, caplog):
+    """AER's checkpoint resumed with method grpo (no controller): not silent; the changes are named and the
+    controller's α is said to be unused."""
+    common = dict(max_steps=3, save_strategy="steps", save_steps=2)
+    train_aer(tmp_path / "aer", tokenizer, aer_alpha_init=0.02, aer_eta=0.01, **common)
+    grpo = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "grpo", method="grpo", **common))
+    with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
+        grpo.train(resume_from_checkpoint=str(tmp_path / "aer" / "checkpoint-2"))
+    assert grpo.aer_resume_changes["method"] == ("aer", "grpo") and grpo.state.global_step == 3
+    alpha = json.loads((tmp_path / "aer" / "checkpoint-2" / "trainer_state.json").read_text())["stateful_callbacks"]
+    alpha = alpha["AERCallback"]["attributes"]["controller_state"]["alpha"]
+    assert "method 'aer' -> 'grpo'" in caplog.text and f"the checkpoint's α={alpha} is not used" in caplog.text
+
+
 @pytest.mark.parametrize("restore_flag", [False, True])
 def test_a_resume_with_a_changed_setting_applies_it_and_says_so(tmp_path, tokenizer, restore_flag, caplog):
     """Change one argument and resume: the new value applies from the checkpoint on (also where transformers would
