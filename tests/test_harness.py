@@ -367,6 +367,22 @@ def test_a_resume_keeps_the_runs_validation_and_compares_only_like_with_like(
     assert "measures something else than the checkpoint's (max_new_tokens 2 -> 3)" in caplog.text
 
 
+def test_validation_state_restores_only_like_with_like_including_the_prompt_and_older_checkpoints():
+    from types import SimpleNamespace
+
+    boxed = PassAtKCallback("b.jsonl", max_new_tokens=8, prompt_args=SimpleNamespace(prompt_instruction="Box it."))
+    boxed.best_pass_at_1, boxed.best_step, boxed.history = 0.4, 20, [{"step": 20, "pass@1": 0.4}]
+    plain = PassAtKCallback("b.jsonl", max_new_tokens=8)
+    assert plain.restore(boxed.state()) == {"prompt_instruction": ("Box it.", None)} and plain.best_step is None
+    assert plain.history == boxed.history  # the figures stay in the history
+    # a checkpoint saved before `measure` existed: judged by the arguments it saved, and only by those
+    legacy = boxed.state()
+    del legacy["attributes"]["measure"]
+    assert plain.restore(legacy) == {} and (plain.best_step, plain.best_pass_at_1) == (20, 0.4)
+    legacy["args"]["max_new_tokens"] = 4
+    assert PassAtKCallback("b.jsonl", max_new_tokens=8).restore(legacy) == {"max_new_tokens": (4, 8)}
+
+
 def test_validation_steps_inside_an_aer_rollout_batch_are_refused(tmp_path, model_and_bench):
     """AER writes no checkpoint inside a rollout batch, so a best checkpoint found there would never be saved."""
     _, bench = model_and_bench

@@ -118,9 +118,11 @@ class PassAtKCallback(TrainerCallback, ExportableState):
         validation sets the best afresh (until then the saved best checkpoint stays protected from rotation)."""
         attributes, arguments = saved.get("attributes", {}), saved.get("args", {})
         measured = attributes.get("measure")
-        if measured is None:  # a checkpoint from before `measure` was saved: what its arguments say
+        if measured is None:  # a checkpoint from before `measure` was saved: what its arguments say, and only that
             measured = {k: arguments[k] for k in self.measure if k in arguments}
-        keys = sorted(measured.keys() | self.measure.keys())
+            keys = sorted(measured)
+        else:
+            keys = sorted(measured.keys() | self.measure.keys())
         changes = {k: (measured.get(k), self.measure.get(k)) for k in keys if measured.get(k) != self.measure.get(k)}
         self.history = list(attributes.get("history", []))
         self._restored = True
