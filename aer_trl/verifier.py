@@ -140,6 +140,11 @@ class VerifierPool:
                         raise RuntimeError("the answer-verifier worker (python -m aer_trl.verifier) did not start")
         finally:
             selector.close()
+            # Left by an exception (Ctrl-C in a notebook): an answer still in flight belongs to no later call, and
+            # its reply would land in that call's slot of the same index. Those workers go; the next call starts new.
+            for worker in [w for w in self._workers if w.task is not None]:
+                worker.kill()
+                self._workers.remove(worker)
         return results  # type: ignore[return-value]
 
     def _replace(self, worker: _Worker, selector) -> None:

@@ -41,6 +41,31 @@ def test_a_worker_that_died_between_checks_is_replaced_and_no_answer_is_lost(poo
     assert pool.check([{"text": "\\boxed{8}", "gold": "8"}], timeout=30.0) == [(1.0, "ok")]
 
 
+def test_a_check_interrupted_mid_flight_leaves_no_stale_answer_for_the_next(monkeypatch):
+    """Ctrl-C in a notebook while rewards are judged, then training again in the same kernel: the answer the
+    interrupted call left in flight belongs to nobody, and must not land in the next call's slot of the same index."""
+    from aer_trl import verifier
+
+    pool = VerifierPool(workers=2, timeout=30.0)
+    try:
+        pool.check([{"text": "\\boxed{1}", "gold": "1"}] * 2)  # both workers up and idle
+        send = verifier._Worker.send
+
+        def send_then_interrupt(self, task, request, timeout):
+            send(self, task, request, timeout)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(verifier._Worker, "send", send_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):  # a slow wrong answer is in flight at index 0
+            pool.check([{"text": "\\boxed{9^{9^{9^{9}}}}", "gold": "1"}])
+        monkeypatch.setattr(verifier._Worker, "send", send)
+        two = [{"text": "\\boxed{2}", "gold": "2"}, {"text": "\\boxed{3}", "gold": "3"}]
+        assert pool.check(two) == [(1.0, "ok")] * 2
+        assert pool.check([{"text": "\\boxed{1}", "gold": "1"}]) == [(1.0, "ok")]
+    finally:
+        pool.close()
+
+
 @pytest.mark.parametrize(
     ("gold", "parses"),
     [
