@@ -14,11 +14,13 @@ What counts as the final answer (the policy; docs/design.md says why):
 - `credit_unmarked=True` (opt-in) falls back, for completions without the marker, to math-verify's own extraction over
   the last 2,000 characters (the loose policy of many graders: "the last number wins", truncated text included).
 
-Before parsing, the text is normalised: NFKC (fullwidth digits and letters), every Unicode decimal digit mapped to
-ASCII (Arabic-Indic and others), zero-width characters and soft hyphens removed. Answer-choice wrappers such as
-`\\textbf{(C)}\\ 12` or `(C) 12` are reduced to what follows the letter (or the letter alone). The extracted answer is
-bounded (`MAX_ANSWER_CHARS`): longer ones are not credited. Checking runs in worker processes with a hard wall-clock
-limit per completion on every thread (`aer_trl.verifier`), so no model output can hang or crash the caller.
+Before parsing, the text is normalised: superscript digits become an exponent (`3²` → `3^{2}`; NFKC alone would read
+32) and vulgar fractions a `\\frac` (`2½` → `2\\frac{1}{2}`, a mixed number), then NFKC (fullwidth digits and
+letters), every Unicode decimal digit mapped to ASCII (Arabic-Indic and others), zero-width characters and soft
+hyphens removed. Answer-choice wrappers such as `\\textbf{(C)}\\ 12` or `(C) 12` are reduced to what follows the
+letter (or the letter alone). The extracted answer is bounded (`MAX_ANSWER_CHARS`): longer ones are not credited.
+Checking runs in worker processes with a hard wall-clock limit per completion on every thread (`aer_trl.verifier`),
+so no model output can hang or crash the caller.
 
 Timeouts, unparseable answers and missing markers are counted: `judge_completions` returns the counts with the
 verdicts (the evaluation harness writes them to `metrics.json`), and in training `math_accuracy_reward` logs them
@@ -48,6 +50,9 @@ UNMARKED_TAIL_CHARS = 2000
 
 _ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
 _BOX = re.compile(r"\\(?:boxed|fbox)")
+_SUPERSCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻", "0123456789+-")
+_SUPERSCRIPT_RUN = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻]+")
+_VULGAR_FRACTION = re.compile("[\u00bc-\u00be\u2150-\u215e]")  # ¼ ½ ¾ ⅐ … ⅞: NFKC gives 1⁄2 (a fraction slash)
 # Possessive `*+` throughout: whitespace is never given back, so a wrapper followed by a long run of spaces fails in
 # linear time (`\textbf{` + n spaces took O(n²) with `\s*\(?\s*`: half a second at 8,000 spaces, hours at a million).
 _CHOICE = re.compile(
@@ -63,8 +68,21 @@ _GSM8K_MARK = re.compile(r"(?m)####\s*+([^\n]*)")
 STAT_KEYS = ("timeouts", "unparsed", "unmarked")
 
 
+def _exponent(match: re.Match) -> str:
+    return "^{" + match.group().translate(_SUPERSCRIPTS) + "}"
+
+
+def _vulgar_fraction(match: re.Match) -> str:
+    numerator, denominator = unicodedata.normalize("NFKC", match.group()).split("\u2044")
+    return f"\\frac{{{numerator}}}{{{denominator}}}"
+
+
 def normalize_text(text: str) -> str:
-    """NFKC, Unicode decimal digits → ASCII, zero-width characters and soft hyphens removed."""
+    """Superscript digits → an exponent (`3²` → `3^{2}`, not NFKC's `32`), vulgar fractions → `\\frac` (`2½` →
+    `2\\frac{1}{2}`, a mixed number to math-verify), then NFKC, Unicode decimal digits → ASCII, zero-width characters
+    and soft hyphens removed."""
+    if not text.isascii():
+        text = _VULGAR_FRACTION.sub(_vulgar_fraction, _SUPERSCRIPT_RUN.sub(_exponent, text))
     text = unicodedata.normalize("NFKC", text).translate(_ZERO_WIDTH)
     if text.isascii():
         return text

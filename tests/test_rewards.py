@@ -76,6 +76,11 @@ def test_safe_off_the_main_thread():
         ("\\boxed{١٢}", "12", 1.0),  # Arabic-Indic digits
         ("\\boxed{1\u200b2}", "12", 1.0),  # a zero-width space
         ("\\boxed{1\u200b3}", "12", 0.0),
+        ("\\boxed{3²}", "9", 1.0),  # a superscript is an exponent: NFKC alone made it 32
+        ("\\boxed{3²}", "32", 0.0),
+        ("\\boxed{10⁻²}", "0.01", 1.0),
+        ("\\boxed{2½}", "2.5", 1.0),  # a vulgar fraction, here in a mixed number
+        ("\\boxed{½}", "\\frac{1}{2}", 1.0),
     ],
 )
 def test_final_answer_policy(completion, gold, expected):
