@@ -79,6 +79,7 @@ def test_safe_off_the_main_thread():
         ("\\boxed{3²}", "9", 1.0),  # a superscript is an exponent: NFKC alone made it 32
         ("\\boxed{3²}", "32", 0.0),
         ("\\boxed{10⁻²}", "0.01", 1.0),
+        ("\\boxed{1010₂}", "10102", 0.0),  # a subscript (a base) is not glued to the number either
         ("\\boxed{2½}", "2.5", 1.0),  # a vulgar fraction, here in a mixed number
         ("\\boxed{½}", "\\frac{1}{2}", 1.0),
     ],
