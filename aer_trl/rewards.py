@@ -14,13 +14,13 @@ What counts as the final answer (the policy; docs/design.md says why):
 - `credit_unmarked=True` (opt-in) falls back, for completions without the marker, to math-verify's own extraction over
   the last 2,000 characters (the loose policy of many graders: "the last number wins", truncated text included).
 
-Before parsing, the text is normalised: superscript digits become an exponent (`3²` → `3^{2}`; NFKC alone would read
-32), subscript digits a subscript (`1010₂` → `1010_{2}`) and vulgar fractions a `\\frac` (`2½` → `2\\frac{1}{2}`, a
-mixed number), then NFKC (fullwidth digits and letters), every Unicode decimal digit mapped to ASCII (Arabic-Indic
-and others), zero-width characters and soft hyphens removed. Answer-choice wrappers such as `\\textbf{(C)}\\ 12` or
-`(C) 12` are reduced to what follows the letter (or the letter alone). The extracted answer is bounded
-(`MAX_ANSWER_CHARS`): longer ones are not credited. Checking runs in worker processes with a hard wall-clock limit
-per completion on every thread (`aer_trl.verifier`), so no model output can hang or crash the caller.
+Before parsing, the text is normalised: superscripts become an exponent (`3²` → `3^{2}`, `2ⁿ⁺¹` → `2^{n+1}`; NFKC alone
+would read 32 and 2n+1), subscripts a subscript (`1010₂` → `1010_{2}`) and vulgar fractions a `\\frac` (`2½` →
+`2\\frac{1}{2}`, a mixed number), then NFKC (fullwidth digits and letters), every Unicode decimal digit mapped to ASCII
+(Arabic-Indic and others), zero-width characters and soft hyphens removed. Answer-choice wrappers such as
+`\\textbf{(C)}\\ 12` or `(C) 12` are reduced to what follows the letter (or the letter alone). The extracted answer is
+bounded (`MAX_ANSWER_CHARS`): longer ones are not credited. Checking runs in worker processes with a hard wall-clock
+limit per completion on every thread (`aer_trl.verifier`), so no model output can hang or crash the caller.
 
 Timeouts, unparseable answers and missing markers are counted: `judge_completions` returns the counts with the
 verdicts (the evaluation harness writes them to `metrics.json`), and in training `math_accuracy_reward` logs them
@@ -50,9 +50,22 @@ UNMARKED_TAIL_CHARS = 2000
 
 _ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
 _BOX = re.compile(r"\\(?:boxed|fbox)")
-# superscript and subscript runs: NFKC alone glues them to the digits before them (3² → 32, 1010₂ → 10102)
-_SCRIPTS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻₀₁₂₃₄₅₆₇₈₉₊₋", "0123456789+-0123456789+-")
-_SCRIPT_RUN = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻]+|[₀₁₂₃₄₅₆₇₈₉₊₋]+")
+
+
+def _scripts(kind: str) -> dict[str, str]:
+    """Unicode's superscript (`<super>`) or subscript (`<sub>`) characters of the BMP → what NFKC makes of them."""
+    table = {}
+    for code in range(0x80, 0x10000):
+        parts = unicodedata.decomposition(chr(code)).split()
+        if len(parts) == 2 and parts[0] == kind:
+            table[chr(code)] = chr(int(parts[1], 16))
+    return table
+
+
+# superscript and subscript runs: NFKC alone glues them to what comes before (3² → 32, xⁿ → xn, 1010₂ → 10102)
+_SUPER, _SUB = _scripts("<super>"), _scripts("<sub>")
+_SCRIPTS = str.maketrans({**_SUPER, **_SUB})
+_SCRIPT_RUN = re.compile(f"[{re.escape(''.join(_SUPER))}]+|[{re.escape(''.join(_SUB))}]+")
 _VULGAR_FRACTION = re.compile("[\u00bc-\u00be\u2150-\u215e]")  # ¼ ½ ¾ ⅐ … ⅞: NFKC gives 1⁄2 (a fraction slash)
 # Possessive `*+` throughout: whitespace is never given back, so a wrapper followed by a long run of spaces fails in
 # linear time (`\textbf{` + n spaces took O(n²) with `\s*\(?\s*`: half a second at 8,000 spaces, hours at a million).
@@ -71,7 +84,7 @@ STAT_KEYS = ("timeouts", "unparsed", "unmarked")
 
 def _script(match: re.Match) -> str:
     """A superscript run as an exponent, a subscript run as a subscript."""
-    return ("^{" if match.group()[0] in "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻" else "_{") + match.group().translate(_SCRIPTS) + "}"
+    return ("^{" if match.group()[0] in _SUPER else "_{") + match.group().translate(_SCRIPTS) + "}"
 
 
 def _vulgar_fraction(match: re.Match) -> str:
@@ -80,8 +93,8 @@ def _vulgar_fraction(match: re.Match) -> str:
 
 
 def normalize_text(text: str) -> str:
-    """Superscript digits → an exponent (`3²` → `3^{2}`, not NFKC's `32`) and subscript digits → a subscript
-    (`1010₂` → `1010_{2}`), vulgar fractions → `\\frac` (`2½` → `2\\frac{1}{2}`, a mixed number to math-verify), then
+    """Superscripts → an exponent (`3²` → `3^{2}`, not NFKC's `32`) and subscripts → a subscript (`1010₂` →
+    `1010_{2}`), vulgar fractions → `\\frac` (`2½` → `2\\frac{1}{2}`, a mixed number to math-verify), then
     NFKC, Unicode decimal digits → ASCII, zero-width characters and soft hyphens removed."""
     if not text.isascii():
         text = _VULGAR_FRACTION.sub(_vulgar_fraction, _SCRIPT_RUN.sub(_script, text))
