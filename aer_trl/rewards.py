@@ -84,7 +84,11 @@ STAT_KEYS = ("timeouts", "unparsed", "unmarked")
 
 def _script(match: re.Match) -> str:
     """A superscript run as an exponent, a subscript run as a subscript."""
-    return ("^{" if match.group()[0] in _SUPER else "_{") + match.group().translate(_SCRIPTS) + "}"
+    plain = match.group().translate(_SCRIPTS)
+    before = match.string[max(0, match.start() - 2) : match.start()]
+    if before.endswith(("^", "_", "^{", "_{")):  # already an exponent or subscript in LaTeX (x^², x^{²})
+        return plain
+    return ("^{" if match.group()[0] in _SUPER else "_{") + plain + "}"
 
 
 def _vulgar_fraction(match: re.Match) -> str:

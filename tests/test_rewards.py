@@ -82,6 +82,7 @@ def test_safe_off_the_main_thread():
         ("\\boxed{1010₂}", "10102", 0.0),  # a subscript (a base) is not glued to the number either
         ("\\boxed{2ⁿ⁺¹}", "2^{n+1}", 1.0),  # superscript letters and signs too
         ("\\boxed{2ⁿ}", "2n", 0.0),
+        ("\\boxed{3^² + 3^{²}}", "18", 1.0),  # written inside LaTeX's own exponent: read once, not twice
         ("\\boxed{2½}", "2.5", 1.0),  # a vulgar fraction, here in a mixed number
         ("\\boxed{½}", "\\frac{1}{2}", 1.0),
     ],
