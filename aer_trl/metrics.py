@@ -12,11 +12,13 @@ from .io import atomic_write
 
 
 def _up_to_checkpoint(line: str, state) -> bool:
-    """Whether a metrics.jsonl line belongs to the steps up to the checkpoint (a torn last line does not)."""
+    """Whether a metrics.jsonl line belongs to the steps up to the checkpoint (a torn last line does not, nor the
+    end-of-training summary of an earlier `train()` call: the resumed run writes the one summary at its end)."""
     try:
-        return json.loads(line).get("step", 0) <= state.global_step
+        record = json.loads(line)
     except json.JSONDecodeError:
         return False
+    return record.get("step", 0) <= state.global_step and "train_runtime" not in record
 
 
 class MetricsFileCallback(TrainerCallback):

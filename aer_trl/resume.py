@@ -77,6 +77,22 @@ class ResumeMixin:
             f"α={live.alpha}, H0={live.initial_entropy} and the iteration count carry over from the checkpoint"
         )
 
+    def _run_epoch(self, *args, **kwargs):
+        """transformers' epoch loop trains a step before it checks `max_steps`: a run resumed from a checkpoint at (or
+        past) `max_steps`, a finished run started again, would train one step more than the run that was never
+        stopped (measured: global_step 3 of max_steps 2, with trl.GRPOTrainer too). Such a run trains nothing here:
+        the checkpoint's weights, optimizer and controller state are already loaded, as the uninterrupted run ends."""
+        if 0 < self.args.max_steps <= self.state.global_step:
+            if self.accelerator.is_main_process:
+                logger.warning(
+                    "resumed at step %d, at or past max_steps=%d: nothing left to train",
+                    self.state.global_step,
+                    self.args.max_steps,
+                )
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
     def _warn_resume_changes(self, controller: str) -> None:
         """Names every setting in `aer_resume_changes` in one warning, with whether it applies; `controller` says
         what becomes of AER's controller state."""

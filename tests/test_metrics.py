@@ -41,6 +41,17 @@ def test_a_resumed_run_drops_what_was_logged_after_its_checkpoint(tmp_path):
     assert read_metrics(path)[-1]["loss"] == 40.0  # the step logged again, once
 
 
+def test_a_finished_run_resumed_again_keeps_one_end_of_training_summary(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    done = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 2.0}, {"step": 2, "train_runtime": 9.0, "train_loss": 1.5}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in done))  # killed after its summary, before the model save
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    cb = MetricsFileCallback()
+    cb.on_train_begin(args, _state(2), None)  # resumed from checkpoint-2 = max_steps: nothing left to train
+    _log(cb, args, 2, train_runtime=0.01, train_loss=0.0)
+    assert read_metrics(path) == done[:2] + [{"step": 2, "train_runtime": 0.01, "train_loss": 0.0}]
+
+
 def test_reading_a_killed_runs_log_leaves_out_its_torn_last_line_only(tmp_path):
     import pytest
 

@@ -351,6 +351,20 @@ def test_a_checkpoint_saved_under_the_old_key_names_resumes(tmp_path, tokenizer)
     assert alphas(resumed) == alphas(full) and resumed.aer_resume_changes == {}
 
 
+def test_a_finished_run_started_again_trains_nothing_more(tmp_path, tokenizer, caplog):
+    """Resumed from its last checkpoint at max_steps (a job queued again, a kill after the last save), a run ends as
+    the uninterrupted one did; transformers alone trains one step more (trl.GRPOTrainer: global_step 3 of 2)."""
+    common = dict(aer_alpha_init=0.02, aer_eta=0.01, max_steps=2, save_strategy="steps", save_steps=1)
+    full = train_aer(tmp_path / "full", tokenizer, **common)
+    again = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "full", **common))
+    with caplog.at_level(logging.WARNING, logger="aer_trl.resume"):
+        again.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    assert again.state.global_step == 2 and not (tmp_path / "full" / "checkpoint-3").exists()
+    assert "nothing left to train" in caplog.text
+    assert alphas(again) == alphas(full)
+    assert all(torch.equal(a, b) for a, b in zip(params(again.model).values(), params(full.model).values()))
+
+
 def test_resuming_an_aer_checkpoint_as_a_trl_method_says_what_changed(tmp_path, tokenizer, caplog):
     """AER's checkpoint resumed with method grpo (no controller): not silent; the changes are named and the
     controller's α is said to be unused."""
