@@ -68,7 +68,7 @@ _SCRIPTS = str.maketrans({**_SUPER, **_SUB})
 _SCRIPT_RUN = re.compile(f"[{re.escape(''.join(_SUPER))}]+|[{re.escape(''.join(_SUB))}]+")
 _VULGAR_FRACTION = re.compile("[\u00bc-\u00be\u2150-\u215e]")  # ¼ ½ ¾ ⅐ … ⅞: NFKC gives 1⁄2 (a fraction slash)
 # Possessive `*+` throughout: whitespace is never given back, so a wrapper followed by a long run of spaces fails in
-# linear time (`\textbf{` + n spaces took O(n²) with `\s*\(?\s*`: half a second at 8,000 spaces, hours at a million).
+# linear time (`\textbf{` + n spaces took O(n²) steps with `\s*\(?\s*`).
 _CHOICE = re.compile(
     r"^\s*+(?:\\text(?:bf|rm|normal)?\s*+\{\s*+\(?\s*+([A-E])\s*+\)?\s*+\}|\(\s*+([A-E])\s*+\))"
     r"((?:\\[ ,;:!]|~|\s)*+)(.*)$",
