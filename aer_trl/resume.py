@@ -39,6 +39,7 @@ class ResumeMixin:
         super()._load_callback_state()
         self._restore_callbacks(restorable)
         data = self.state.stateful_callbacks.get(AERCallback.__name__)
+        data = data[0] if isinstance(data, list) else data
         # A stateful callback the checkpoint did not have (resuming AER from a plain GRPO checkpoint, a PassAtKCallback
         # added on resume) gets its entry back: transformers' _save_checkpoint indexes the loaded state by name and
         # would fail with KeyError at the first save.
@@ -46,10 +47,10 @@ class ResumeMixin:
             if isinstance(cb, ExportableState):
                 self.state.stateful_callbacks.setdefault(type(cb).__name__, cb.state())
         if live is None:  # this run trains without AER's controller (a TRL method, measurements off)
-            entry = data[0] if isinstance(data, list) else data
-            saved = (entry or {}).get("attributes", {}).get("settings")
+            attributes = (data or {}).get("attributes", {})
+            saved = attributes.get("settings")
             self.aer_resume_changes = settings_changes(saved, self.args.run_settings()) if saved else {}
-            alpha = (entry or {}).get("attributes", {}).get("controller_state", {}).get("alpha")
+            alpha = attributes.get("controller_state", {}).get("alpha")
             self._warn_resume_changes(f"this run has no AER controller: the checkpoint's α={alpha} is not used")
             return
         rebuilt = self.aer_callback
@@ -64,7 +65,6 @@ class ResumeMixin:
                 self.state.global_step,
             )
             return
-        data = data[0] if isinstance(data, list) else data
         live.controller_state = data["attributes"]["controller_state"]
         history = live.controller.history
         if history:  # aer_trl_target_ratio: anchored at the first rollout batch's entropy (or the probe's), as before
