@@ -49,6 +49,11 @@ def settings_changes(saved: dict, current: dict) -> dict[str, tuple]:
     return {k: (saved[k], current[k]) for k in sorted(saved.keys() & current.keys()) if saved[k] != current[k]}
 
 
+def describe_changes(changes: dict[str, tuple]) -> str:
+    """`{"tau": (0.4, 0.5)}` → "tau 0.4 -> 0.5", for warnings that name changed settings."""
+    return "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+
+
 @dataclass
 class AERConfig(GRPOConfig):
     r"""

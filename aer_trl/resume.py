@@ -9,7 +9,7 @@ import logging
 from transformers.trainer_callback import ExportableState
 
 from .callback import AERCallback
-from .config import settings_changes
+from .config import describe_changes, settings_changes
 
 logger = logging.getLogger(__name__)
 
@@ -102,16 +102,13 @@ class ResumeMixin:
         kept = {k: v for k, v in changes.items() if k in OPTIMIZER_STATE_FIELDS}
         applied = {k: v for k, v in changes.items() if k not in kept}
 
-        def listed(c: dict) -> str:
-            return "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in c.items())
-
         logger.warning(
             "resuming at step %d with settings that differ from the checkpoint's.%s%s",
             self.state.global_step,
-            f" Applied from here on: {listed(applied)} ({controller})." if applied else "",
-            f" NOT applied: {listed(kept)} (the optimizer state restored from the checkpoint keeps its learning "
-            "rate, betas, eps and weight decay, as transformers restores it; to change them, start a new run "
-            "from the checkpoint's weights)."
+            f" Applied from here on: {describe_changes(applied)} ({controller})." if applied else "",
+            f" NOT applied: {describe_changes(kept)} (the optimizer state restored from the checkpoint keeps its "
+            "learning rate, betas, eps and weight decay, as transformers restores it; to change them, start a new "
+            "run from the checkpoint's weights)."
             if kept
             else "",
         )

@@ -11,7 +11,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from ..config import rollout_steps
+from ..config import describe_changes, rollout_steps
 from ..io import atomic_write
 from ..prompts import prompt_settings
 from .args import EvalArguments
@@ -132,7 +132,7 @@ class PassAtKCallback(TrainerCallback, ExportableState):
             logger.warning(
                 "resuming with validation that measures something else than the checkpoint's (%s): its best pass@1 "
                 "so far (%s at step %s) is not comparable, so the next validation sets the best afresh",
-                "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items()),
+                describe_changes(changes),
                 attributes.get("best_pass_at_1"),
                 attributes.get("best_step"),
             )
