@@ -18,7 +18,9 @@ Before parsing, the text is normalised: superscripts become an exponent (`3²` �
 would read 32 and 2n+1), subscripts a subscript (`1010₂` → `1010_{2}`) and vulgar fractions a `\\frac` (`2½` →
 `2\\frac{1}{2}`, a mixed number), then NFKC (fullwidth digits and letters), every Unicode decimal digit mapped to ASCII
 (Arabic-Indic and others), zero-width characters and soft hyphens removed. Answer-choice wrappers such as
-`\\textbf{(C)}\\ 12` or `(C) 12` are reduced to what follows the letter (or the letter alone). The extracted answer is
+`\\textbf{(C)}\\ 12` or `(C) 12` are reduced to what follows the letter (or the letter alone). Digit groups are joined
+in the extracted answer and the gold (`1\\,000`, `1~000`, `1 000` → `1000`; math-verify reads a space between digits as
+a product: `1\\,000` was 0), and a full stop after a boxed number dropped (`\\boxed{18.}`). The extracted answer is
 bounded (`MAX_ANSWER_CHARS`): longer ones are not credited. Checking runs in worker processes with a hard wall-clock
 limit per completion on every thread (`aer_trl.verifier`), so no model output can hang or crash the caller.
 
@@ -33,7 +35,7 @@ import re
 import unicodedata
 from collections import Counter
 
-from .verifier import get_pool, parse_gold
+from .verifier import get_pool, join_digit_groups, parse_gold
 
 __all__ = [
     "math_accuracy_reward",
@@ -50,6 +52,7 @@ UNMARKED_TAIL_CHARS = 2000
 
 _ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
 _BOX = re.compile(r"\\(?:boxed|fbox)")
+_FULL_STOP = re.compile(r"(?<=\d)\.$")
 
 
 def _scripts(kind: str) -> dict[str, str]:
@@ -156,6 +159,8 @@ def extract_answer(text: str, answer_format: str = "boxed") -> str | None:
     text = normalize_text(text)
     if answer_format == "boxed":
         answer = _last_boxed(text)
+        if answer is not None:  # `\\boxed{18.}`: a full stop inside the box, read by math-verify as no number
+            answer = _FULL_STOP.sub("", answer.strip())
     else:
         matches = (_GSM8K_MARK if answer_format == "gsm8k" else _ANSWER_MARK).findall(text)
         answer = matches[-1].rstrip() if matches else None
@@ -167,7 +172,7 @@ def extract_answer(text: str, answer_format: str = "boxed") -> str | None:
             answer = answer if inner is None else inner
     if answer is None:
         return None
-    return _strip_choice(answer.strip())
+    return _strip_choice(join_digit_groups(answer.strip()))
 
 
 def completion_text(completion) -> str:

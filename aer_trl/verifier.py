@@ -174,6 +174,28 @@ def get_pool() -> VerifierPool:
 
 
 # ----------------------------------------------------------------------------------------------- gold answers
+# Digit groups: math-verify reads a space between digits as a product, so `1\,000` (LaTeX's thin space, SI's thousands
+# separator) was 1·000 = 0: a model's 1,000 was not credited for a gold 1000, and was for a gold 0.
+_DIGIT_SPACING = re.compile(r"(?<=\d)(?:\\[,:; ]|\\thinspace\b ?|~)(?=\d)")  # LaTeX's spaces between two digits
+# a run of digit groups separated by single spaces, taken whole (linear: runs never overlap), joined when it is written
+# as thousands (`1 000 000`, NFKC's space for U+2009 and U+202F); not after `^` or `_` (`x^2 100` is x²·100)
+_SPACED_RUN = re.compile(r"(?<![\d.^_])\d++(?: \d++)++")
+_THOUSANDS = re.compile(r"\d{1,3}(?: \d{3})+")
+
+
+def _join_thousands(match: re.Match) -> str:
+    run = match.group()
+    return run.replace(" ", "") if _THOUSANDS.fullmatch(run) else run
+
+
+def join_digit_groups(text: str) -> str:
+    """`1\\,000`, `1~000`, `1\\ 000`, `1 000` → `1000`: a LaTeX space between two digits is dropped, and plain spaces
+    only in a run written as thousands (`2 3` and `1 0000` stay as they are). For gold answers and extracted final
+    answers, not whole completions."""
+    text = _DIGIT_SPACING.sub("", text)
+    return _SPACED_RUN.sub(_join_thousands, text) if " " in text else text
+
+
 _GSM8K_GOLD = re.compile(r"####\s*(.+?)\s*$", re.S)
 _ANSWER_LINE = re.compile(r"(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$", re.I | re.S)
 
@@ -190,7 +212,7 @@ def parse_gold(gold: str) -> tuple:
 
     if gold is None:
         return ()
-    text = str(gold).strip()
+    text = join_digit_groups(str(gold).strip())
     if not text:
         return ()
     match = _GSM8K_GOLD.search(text)

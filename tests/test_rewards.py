@@ -6,6 +6,7 @@ import time
 import pytest
 
 from aer_trl.rewards import extract_answer, judge_completions, math_accuracy_reward
+from aer_trl.verifier import join_digit_groups
 
 CASES = [
     # (completion, gold, expected)
@@ -85,6 +86,16 @@ def test_safe_off_the_main_thread():
         ("\\boxed{3^² + 3^{²}}", "18", 1.0),  # written inside LaTeX's own exponent: read once, not twice
         ("\\boxed{2½}", "2.5", 1.0),  # a vulgar fraction, here in a mixed number
         ("\\boxed{½}", "\\frac{1}{2}", 1.0),
+        ("\\boxed{1\\,000}", "1000", 1.0),  # LaTeX's thin space between thousands: math-verify read 1·000 = 0
+        ("\\boxed{1\\,000}", "0", 0.0),
+        ("\\boxed{12\\,345}", "12345", 1.0),
+        ("\\boxed{12\\,345.5}", "12345.5", 1.0),
+        ("\\boxed{1~000}", "1000", 1.0),  # math-verify read 1
+        ("\\boxed{1 000 000}", "1000000", 1.0),
+        ("\\boxed{1\u202f000}", "1000", 1.0),  # a narrow no-break space (NFKC makes it a space)
+        ("\\boxed{10000}", "10\\,000", 1.0),  # the gold's digit groups too
+        ("\\boxed{0}", "1\\,000", 0.0),
+        ("\\boxed{18.}", "18", 1.0),  # a full stop inside the box: math-verify found no number
     ],
 )
 def test_final_answer_policy(completion, gold, expected):
@@ -136,6 +147,14 @@ def test_reward_statistics_go_through_trls_log_metric():
     }
 
 
+def test_digit_groups_are_joined_only_where_written_as_thousands():
+    assert join_digit_groups("1\\,000\\,000") == join_digit_groups("1\\ 000~000") == "1000000"
+    assert join_digit_groups("1\\thinspace 000.5") == join_digit_groups("1 000.5") == "1000.5"
+    assert join_digit_groups("0.000\\,1") == "0.0001"
+    for kept in ("2 3", "1 0000", "1 000 0000", "x^2 100", "x_1 000", "3.141 592", "(1,\\,2)", "1, 000"):
+        assert join_digit_groups(kept) == kept
+
+
 def test_extract_answer_bounds_and_formats():
     assert extract_answer("a \\boxed{1} b \\boxed{\\frac{1}{2}} c") == "\\frac{1}{2}"
     assert extract_answer("no box here") is None
@@ -153,6 +172,8 @@ ADVERSARIAL = {
     # an answer-choice wrapper opened, then a run of spaces: its reader was quadratic here (hours at a million)
     "choice wrapper + 1M spaces": ("\\boxed{\\textbf{" + " " * 1_000_000 + "x}}", "1"),
     "choice + 1M spaces": ("\\boxed{\\textbf{(C" + " " * 1_000_000 + "x}}", "1"),
+    # 200k digit groups, then one digit too many: not thousands, and found so in linear time
+    "digit groups + 1 digit": ("\\boxed{1" + " 000" * 200_000 + "0}", "1"),
 }
 # marker lines: a run of whitespace after the marker (a lazy `(.+?)\s*$` took minutes on these)
 MARKED = {
