@@ -47,6 +47,9 @@ __all__ = [
 ]
 
 ANSWER_FORMATS = ("boxed", "answer", "gsm8k")
+# The answer checker's version, stored with every verdict the evaluation store keeps: verdicts of another version are
+# judged again when scored. Raise it with any change that can turn a verdict (2: digit groups and `\\boxed{18.}`).
+JUDGE_VERSION = 2
 MAX_ANSWER_CHARS = 1000
 UNMARKED_TAIL_CHARS = 2000
 

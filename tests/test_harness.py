@@ -10,6 +10,7 @@ import torch
 
 from aer_trl.evaluation import EvalArguments, PassAtKCallback, evaluate
 from aer_trl.evaluation.harness import TransformersGenerator
+from aer_trl.rewards import JUDGE_VERSION
 from tests import helpers
 
 
@@ -109,6 +110,33 @@ def test_real_model_interrupted_then_resumed_equals_uninterrupted(tmp_path, mode
     third = Real()
     assert evaluate(make_args(tmp_path / "resumed", model, bench, rescore=True), generator_factory=third) == reference
     assert third.problems == 0  # re-scored from disk, nothing generated
+
+
+def test_verdicts_of_another_answer_checker_version_are_judged_again(tmp_path, model_and_bench, caplog):
+    model, bench = model_and_bench
+    out = tmp_path / "eval"
+    reference = evaluate(make_args(out, model, bench), generator_factory=Fake())
+    assert reference[model][bench]["pass@8"] > 0
+    records = [json.loads(x) for x in lines(out)]
+    assert {r["judge"] for r in records} == {JUDGE_VERSION}
+
+    def store(judge_version):  # verdicts no checker of this version would give, stored as `judge_version`'s
+        for r in records:
+            r["correct"] = [False] * len(r["correct"])
+            r.pop("judge", None)
+            if judge_version is not None:  # None: written before verdicts recorded their version
+                r["judge"] = judge_version
+        (out / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    store(JUDGE_VERSION)  # this version's verdicts are what the store says
+    assert evaluate(make_args(out, model, bench), generator_factory=Fake())[model][bench]["pass@8"] == 0
+    for older in (JUDGE_VERSION - 1, None):
+        store(older)
+        again = Fake()
+        with caplog.at_level(logging.WARNING):
+            assert evaluate(make_args(out, model, bench), generator_factory=again) == reference
+        assert again.problems == 0 and "stored samples of 10 problems again" in caplog.text
+        caplog.clear()
 
 
 def test_torn_last_line_is_repaired_and_resume_is_exact(tmp_path, model_and_bench, caplog):

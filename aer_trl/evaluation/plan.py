@@ -19,6 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..gguf import resolve_model
+from ..rewards import JUDGE_VERSION
 from ..sources import get_source, resolve_format
 from .backends import check_model, choose_backend, default_factory, load_tokenizer, sampling_dtype
 from .scoring import judge
@@ -169,6 +170,7 @@ def generate_missing(args, plans: list[Plan], factory, shard: int = 0, num_shard
                         "completions": completions,
                         "correct": correct,
                         "reward_stats": stats,
+                        "judge": JUDGE_VERSION,
                     }
                 )
             append_records(path, records)

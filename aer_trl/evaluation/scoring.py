@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from pathlib import Path
 
 from ..io import file_sha256
-from ..rewards import judge_completions
+from ..rewards import JUDGE_VERSION, judge_completions
 from .passk import passk_summary
 from .store import load_store
+
+logger = logging.getLogger(__name__)
 
 
 def judge(completions: list[str], gold: str) -> tuple[list[bool], dict]:
@@ -29,6 +32,7 @@ def score(args, plans) -> dict:
         for r in done.values():
             by_problem.setdefault((r["model"], r["problem"]), []).append(r)
     metrics: dict = {}
+    outdated_problems = 0
     for plan in plans:
         records, used = [], Counter()
         for chunk in plan.chunks:
@@ -47,8 +51,11 @@ def score(args, plans) -> dict:
             )
         stats, counts, groups = Counter(), [], {}
         for problem, r in records:
-            if args.rescore:
+            outdated = r.get("judge") != JUDGE_VERSION  # judged by another version of the answer checker
+            if args.rescore or outdated:
+                outdated_problems += outdated and not args.rescore
                 r["correct"], r["reward_stats"] = judge(r["completions"], r["answer"])
+                r["judge"] = JUDGE_VERSION
             stats.update(r.get("reward_stats", {}))
             counts.append((len(r["correct"]), sum(r["correct"])))
             if problem.group is not None:
@@ -64,5 +71,12 @@ def score(args, plans) -> dict:
             entry["benchmark_sha256"] = file_sha256(bench_path)
         entry["reward_stats"] = {k: stats.get(k, 0) for k in ("timeouts", "unparsed", "unmarked")}
         metrics.setdefault(plan.model, {})[plan.bench] = entry
+    if outdated_problems:
+        logger.warning(
+            "judged the stored samples of %d problems again: their verdicts came from another version of the answer "
+            "checker (this one: aer_trl.rewards.JUDGE_VERSION %d)",
+            outdated_problems,
+            JUDGE_VERSION,
+        )
     write_reports(args, metrics)
     return metrics

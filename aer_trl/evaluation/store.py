@@ -7,6 +7,8 @@ Every record says what produced it:
 - `problem`: a hash of the exact prompt text the model saw (chat template applied) and of the gold answer, and
   `chunk`: a hash of the problems generated with it in one call (plan.py's determinism contract), so a record is
   reused only for the same problem sampled in the same chunk.
+- `judge`: the answer checker's version (`rewards.JUDGE_VERSION`) that gave `correct`; scoring judges the
+  completions of a record from another version again.
 
 Robustness: a torn last line (a kill, a full disk) or a malformed line anywhere is reported with its line number and
 dropped, and the file is rewritten with its complete records only (temporary file + atomic rename) before anything is
