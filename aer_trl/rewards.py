@@ -10,7 +10,9 @@ What counts as the final answer (the policy; docs/design.md says why):
 - "answer": the rest of the last line that starts with `Answer:` (or `Final answer:`); "gsm8k": the rest of the last
   line starting with `####` (after the marker, blank lines are skipped). Without that line: not credited; a last marker
   with nothing after it (a completion cut off there) is not skipped over either: not credited, counted as unparsed.
-  Finding the marker is linear in the completion's length, whatever the model writes.
+  Markdown around the marker or the answer (`**Answer:** 18`, `- **Answer**: 18`, `Answer: **18**`, code ticks), a
+  final full stop, dollar signs and `\\[...\\]` / `\\(...\\)` around the answer are taken off. Finding the marker is
+  linear in the completion's length, whatever the model writes.
 - `credit_unmarked=True` (opt-in) falls back, for completions without the marker, to math-verify's own extraction over
   the last 2,000 characters (the loose policy of many graders: "the last number wins", truncated text included).
 
@@ -48,7 +50,8 @@ __all__ = [
 
 ANSWER_FORMATS = ("boxed", "answer", "gsm8k")
 # The answer checker's version, stored with every verdict the evaluation store keeps: verdicts of another version are
-# judged again when scored. Raise it with any change that can turn a verdict (2: digit groups and `\\boxed{18.}`).
+# judged again when scored. Raise it with any change that can turn a verdict (2: digit groups, `\\boxed{18.}`,
+# markdown around answer lines).
 JUDGE_VERSION = 2
 MAX_ANSWER_CHARS = 1000
 UNMARKED_TAIL_CHARS = 2000
@@ -82,8 +85,9 @@ _CHOICE = re.compile(
 )
 # The marker, the whitespace after it (never given back: `*+`), then the rest of that line, stripped in code: linear in
 # the completion's length (a lazy `(.+?)\s*$` is quadratic in a run of spaces a model can emit).
-_ANSWER_MARK = re.compile(r"(?im)^[ \t>*_#-]*(?:final\s+)?answer\s*[:：]\s*+([^\n]*)")
+_ANSWER_MARK = re.compile(r"(?im)^[ \t>*_#-]*(?:final\s+)?answer[*_]*+\s*[:：]\s*+([^\n]*)")  # `**Answer**:` too
 _GSM8K_MARK = re.compile(r"(?m)####\s*+([^\n]*)")
+_EMPHASIS = " \t*_`"  # markdown emphasis and code ticks around a marker line's answer
 
 STAT_KEYS = ("timeouts", "unparsed", "unmarked")
 
@@ -135,6 +139,17 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
+def _unwrap(answer: str) -> str:
+    """A marker line's answer without what a chat model writes around it: markdown emphasis or code ticks (`**18**`,
+    `` `18` ``), a final full stop, dollar signs, or display-math delimiters (`\\[18\\]`, `\\(18\\)`); math-verify read
+    `**18**` and `\\[18\\]` as no number."""
+    answer = answer.strip(_EMPHASIS).rstrip(".").strip(_EMPHASIS).strip("$").strip()
+    for opening, closing in (("\\[", "\\]"), ("\\(", "\\)")):
+        if answer.startswith(opening) and answer.endswith(closing) and len(answer) >= 4:
+            return answer[2:-2].strip()
+    return answer
+
+
 def _strip_choice(answer: str) -> str:
     """`\\textbf{(C)}\\ 12` / `(C) 12` → `12`; `\\textbf{(C)}` alone → `C`."""
     match = _CHOICE.match(answer)
@@ -170,7 +185,7 @@ def extract_answer(text: str, answer_format: str = "boxed") -> str | None:
         if answer is not None and answer_format == "gsm8k":
             answer = answer.replace(",", "")
         if answer is not None:
-            answer = answer.rstrip(".").strip().strip("$").strip()
+            answer = _unwrap(answer)
             inner = _last_boxed(answer)
             answer = answer if inner is None else inner
     if answer is None:

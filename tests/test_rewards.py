@@ -114,6 +114,26 @@ def test_answer_line_and_gsm8k_formats_follow_the_prompt():
     assert math_accuracy_reward(["Answer: 42"], answer=["42"]) == [0.0]  # default: \boxed{} is asked for
 
 
+@pytest.mark.parametrize(
+    "line",
+    # what chat models write around the answer line: math-verify read the last five as no number
+    [
+        "**Answer:** 18",
+        "**Final Answer:** $18$.",
+        "- **Answer**: 18",
+        "Answer: **18**",
+        "Answer: `18`",
+        "Answer: __18__.",
+        "Answer: \\[ \\frac{36}{2} \\]",
+        "**Answer:** \\(18\\)",
+    ],
+)
+def test_answer_lines_are_read_through_markdown_and_math_delimiters(line):
+    assert math_accuracy_reward([f"9 + 9\n{line}"], answer=["18"], answer_format=["answer"]) == [1.0]
+    wrong = line.replace("18", "19").replace("36", "38")
+    assert math_accuracy_reward([f"9 + 9\n{wrong}"], answer=["18"], answer_format=["answer"]) == [0.0]
+
+
 @pytest.mark.parametrize("fmt, marker", [("answer", "Answer:"), ("answer", "Final answer:"), ("gsm8k", "####")])
 def test_marker_lines_the_last_marker_wins_even_cut_off(fmt, marker):
     assert extract_answer(f"x\n{marker}  \n\n 42 \t\nmore", fmt) == "42"  # blank lines after the marker skipped
@@ -182,6 +202,8 @@ MARKED = {
         "Answer:" + " \t" * 500_000,
         "Answer: 5\n" * 100_000,
         "Answer: \\text{" + " " * 1_000_000 + "x",
+        "**Answer" + "*" * 1_000_000 + "x",  # emphasis after the marker word, never closed
+        "Answer: " + "*_`" * 300_000 + "5" + "*_` " * 300_000,
     ],
     "gsm8k": ["#### 5" + " " * 1_000_000 + "x", "####" + " \t" * 500_000, "#### " * 200_000],
 }
@@ -213,7 +235,8 @@ def test_marker_formats_read_adversarial_outputs_in_linear_time(fmt):
     assert time.monotonic() - start < LIMIT
     assert answers[0].startswith("5") and answers[0].endswith("x") and answers[1] == ""
     assert answers[2] == "5" if fmt == "answer" else answers[2].startswith("####")  # one marker, the rest its line
-    assert answers[3:] in ([], ["\\text{" + " " * 1_000_000 + "x"])  # not a choice wrapper: left as written
+    if fmt == "answer":  # not a choice wrapper: left as written; no colon: no marker; the emphasis taken off
+        assert answers[3:] == ["\\text{" + " " * 1_000_000 + "x", None, "5"]
 
 
 def test_adversarial_outputs_return_in_time_on_a_worker_thread():
