@@ -111,16 +111,23 @@ def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_t
     study = real_study.load_study(helpers.write_study(tmp_path / "s"))
     arm = study.arm("grpo")
     mine = real_study.claim_cell(study, arm, 0)
-    assert mine is not None and mine.read_text() == str(os.getpid())
+    assert mine is not None and mine.read_text().split()[0] == str(os.getpid())
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        mine.write_text(str(other.pid))  # a live queue holds it
-        assert real_study.claim_cell(study, arm, 0) is None
+        started = real_study.queue._started(other.pid)
+        assert started is not None  # Linux: /proc
+        for held in (f"{other.pid} {started}", str(other.pid)):  # a live queue holds it (the older form: its id alone)
+            mine.write_text(held)
+            assert real_study.claim_cell(study, arm, 0) is None
+        # the id of a killed queue, now another process's (ids are reused): stale
+        mine.write_text(f"{other.pid} {int(started) - 1}")
+        assert real_study.claim_cell(study, arm, 0) == mine and mine.read_text().split()[0] == str(os.getpid())
+        mine.write_text(f"{other.pid} {started}")
     finally:
         other.kill()
         other.wait()
     taken = real_study.claim_cell(study, arm, 0)  # its process is gone: the claim is stale
-    assert taken == mine and taken.read_text() == str(os.getpid())
+    assert taken == mine and taken.read_text() == f"{os.getpid()} {real_study.queue._started(os.getpid())}"
     assert real_study.claim_cell(study, arm, 1) is not None  # another cell is free
 
 

@@ -14,9 +14,11 @@ from .spec import Arm, Study, cell_dir, record_dir
 
 
 def claim_cell(study: Study, arm: Arm, seed: int) -> Path | None:
-    """Claim a cell for this process: `<record dir>/.claim` holds the claiming process's id, created exclusively.
-    None when a live process holds it (another queue on this machine is training the cell); a claim whose process
-    is gone (killed) is taken over. Several queues can then share one list of studies, one cell each at a time."""
+    """Claim a cell for this process: `<record dir>/.claim` holds the claiming process's id and start time, created
+    exclusively. None when a live process holds it (another queue on this machine is training the cell); a claim
+    whose process is gone (killed) is taken over, also when its id now belongs to another process (ids are reused: in
+    a container restarted after a kill, the first ids go to whatever starts first). Several queues can then share one
+    list of studies, one cell each at a time."""
     out = record_dir(study, arm, seed)
     out.mkdir(parents=True, exist_ok=True)
     claim = out / ".claim"
@@ -25,27 +27,40 @@ def claim_cell(study: Study, arm: Arm, seed: int) -> Path | None:
             fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             try:
-                holder = int(claim.read_text().strip() or 0)
+                holder, *started = claim.read_text().split()
+                holder = int(holder)
             except (OSError, ValueError):
-                holder = 0
-            if holder and holder != os.getpid() and _alive(holder):
+                holder, started = 0, []
+            if holder and holder != os.getpid() and _alive(holder, started[0] if started else None):
                 return None
             claim.unlink(missing_ok=True)  # stale: its process is gone
             continue
         with os.fdopen(fd, "w") as f:
-            f.write(str(os.getpid()))
+            f.write(f"{os.getpid()} {_started(os.getpid()) or ''}".strip())
         return claim
     return None
 
 
-def _alive(pid: int) -> bool:
+def _started(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot: /proc/<pid>/stat, field 22); None without /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+    return fields[19] if len(fields) > 19 else None
+
+
+def _alive(pid: int, started: str | None = None) -> bool:
+    """Whether the process that wrote a claim still runs: its id is taken, by a process that started when it did."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    now = _started(pid)
+    return started is None or now is None or now == started
 
 
 def run_queue(
