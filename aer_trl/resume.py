@@ -5,6 +5,7 @@ that differs from the checkpoint's is named (docs/design.md §2, "Resume")."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 
 from transformers.trainer_callback import ExportableState
 
@@ -116,15 +117,20 @@ class ResumeMixin:
     def _restore_callbacks(self, restorable: list) -> None:
         """The run's own self-restoring callbacks stay (transformers would rebuild them from the checkpoint's
         arguments: for `PassAtKCallback`, without the run's prompt format or its vLLM sampler), and each restores
-        itself from its saved state (several of one class: in order)."""
+        itself from its saved state. Several of one class restore in order from the newest save's states:
+        transformers appends each save's states of such callbacks to one list, oldest first, starting with their
+        states when the run began (restored from the first entries, a resumed run's best pass@1 was lost)."""
         for cb in list(self.callback_handler.callbacks):
             if any(type(cb) is type(own) for own, _ in restorable) and all(cb is not own for own, _ in restorable):
                 self.callback_handler.remove_callback(cb)  # rebuilt by transformers from the checkpoint
-        seen: dict[type, int] = {}
+        count = Counter(type(cb) for cb, _ in restorable)
+        seen: Counter = Counter()
         for cb, saved in restorable:
             if all(cb is not other for other in self.callback_handler.callbacks):
                 self.callback_handler.add_callback(cb)
             entries = saved if isinstance(saved, list) else [saved] if saved else []
-            index = seen[type(cb)] = seen.get(type(cb), -1) + 1
-            if index < len(entries):
-                cb.restore(entries[index])
+            newest = entries[-count[type(cb)] :] if len(entries) > count[type(cb)] else entries
+            index = seen[type(cb)]
+            seen[type(cb)] += 1
+            if index < len(newest):
+                cb.restore(newest[index])

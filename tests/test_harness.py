@@ -508,3 +508,27 @@ def test_validation_closes_its_sampler_after_the_last_chunk_even_when_one_fails(
         else:
             cb.evaluate(None, tokenizer)
     assert closed == [(False, 4), (True, 2)]  # 10 problems in chunks of 3: four calls, closed after the last
+
+
+def test_two_validation_callbacks_resume_from_their_newest_states(tmp_path, tokenizer, model_and_bench, monkeypatch):
+    """transformers appends every save's states of callbacks of one class to one list (a checkpoint holds the states
+    of every save before it, oldest first): each callback restores from the newest save's entry, not the first."""
+    _, bench = model_and_bench
+    config = dict(save_strategy="steps", save_steps=1)
+
+    def callbacks(scores):
+        cbs = [
+            PassAtKCallback(bench, eval_steps=1, num_samples=4, k_list=[1, 4], max_new_tokens=t, max_problems=4)
+            for t in (2, 3)
+        ]
+        for cb, score in zip(cbs, scores):
+            monkeypatch.setattr(cb, "evaluate", lambda model, tok, s=score: {"pass@1": next(s), "pass@4": 0.9})
+        return cbs
+
+    first = callbacks([iter([0.5, 0.2]), iter([0.1, 0.4])])
+    helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, max_steps=2, **config), callbacks=first).train()
+    resumed = callbacks([iter([0.3]), iter([0.3])])
+    trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, max_steps=3, **config), callbacks=resumed)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert [[h["pass@1"] for h in cb.history] for cb in resumed] == [[0.5, 0.2, 0.3], [0.1, 0.4, 0.3]]
+    assert [(cb.best_step, cb.best_pass_at_1) for cb in resumed] == [(1, 0.5), (2, 0.4)]
