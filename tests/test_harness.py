@@ -532,3 +532,29 @@ def test_two_validation_callbacks_resume_from_their_newest_states(tmp_path, toke
     trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     assert [[h["pass@1"] for h in cb.history] for cb in resumed] == [[0.5, 0.2, 0.3], [0.1, 0.4, 0.3]]
     assert [(cb.best_step, cb.best_pass_at_1) for cb in resumed] == [(1, 0.5), (2, 0.4)]
+
+
+def test_a_peft_adapter_is_identified_with_its_config_and_its_base_model(tmp_path, tokenizer, model_and_bench):
+    """transformers loads an adapter folder's base model with it: a changed adapter config (its scaling here) or a
+    changed base model is another model, so its samples are generated again, not reused."""
+    from peft import LoraConfig, get_peft_model
+
+    base, bench = model_and_bench
+    adapter = tmp_path / "adapter"
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    get_peft_model(helpers.make_model(tokenizer), lora).save_pretrained(adapter)
+    tokenizer.save_pretrained(adapter)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+
+    def evaluate_with(**changes):
+        config.update(changes)
+        (adapter / "adapter_config.json").write_text(json.dumps(config))
+        generator = Fake()
+        evaluate(make_args(tmp_path / "eval", str(adapter), bench), generator_factory=generator)
+        return generator.problems
+
+    assert evaluate_with(base_model_name_or_path=base) == 10
+    assert evaluate_with() == 0  # the same adapter on the same base: reused
+    assert evaluate_with(lora_alpha=64) == 10  # another scaling of the same weights
+    helpers.make_model(tokenizer, seed=1).save_pretrained(base)  # the base model trained further, same folder
+    assert evaluate_with() == 10

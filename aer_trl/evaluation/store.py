@@ -1,9 +1,10 @@
 """The generations store: `<output_dir>/generations*.jsonl`, one JSON record per (run fingerprint, problem).
 
 Every record says what produced it:
-- `fp`: the run fingerprint, a hash of the model's identity (a hash of a local folder's weights and config files, or
-  the Hub id, revision and cached commit), the backend, device type and dtype, and every sampling argument
-  (num_samples, temperature, top_p, max_new_tokens, seed). `fingerprint` (the dict hashed) is written to metrics.json.
+- `fp`: the run fingerprint, a hash of the model's identity (a hash of a local folder's weights and config files, with
+  a PEFT adapter's base model's identity; or the Hub id, revision and cached commit), the backend, device type and
+  dtype, and every sampling argument (num_samples, temperature, top_p, max_new_tokens, seed). `fingerprint` (the dict
+  hashed) is written to metrics.json.
 - `problem`: a hash of the exact prompt text the model saw (chat template applied) and of the gold answer, and
   `chunk`: a hash of the problems generated with it in one call (plan.py's determinism contract), so a record is
   reused only for the same problem sampled in the same chunk.
@@ -32,7 +33,13 @@ logger = logging.getLogger(__name__)
 STORE_VERSION = 1
 REQUIRED = ("v", "fp", "problem", "index", "benchmark", "model", "answer", "completions", "correct")
 _HASHED_FILES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
-_HASHED_NAMES = ("config.json", "generation_config.json", "tokenizer_config.json", "chat_template.jinja")
+_HASHED_NAMES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "adapter_config.json",  # a PEFT adapter: its rank, scaling and target modules
+)
 
 
 def digest(obj) -> str:
@@ -49,11 +56,23 @@ def weights_hash(folder: Path) -> str:
     return digest([[p.name, file_sha256(p)] for p in files])
 
 
-def model_identity(model: str, revision: str | None = None) -> dict:
-    """What identifies a model's weights: a local folder's weights hash, or the Hub id + revision (+ cached commit)."""
+def model_identity(model: str, revision: str | None = None, _seen: frozenset = frozenset()) -> dict:
+    """What identifies a model's weights: a local folder's weights hash, or the Hub id + revision (+ cached commit).
+    A PEFT adapter folder (transformers loads its base model with it) adds its base model's identity: the adapter's
+    weights and config alone left a changed base, or the same base at another revision, with the old samples."""
     path = Path(model).expanduser()
     if path.is_dir():
-        return {"weights": weights_hash(path)}
+        identity = {"weights": weights_hash(path)}
+        adapter = path / "adapter_config.json"
+        if adapter.is_file() and path.resolve() not in _seen:
+            try:
+                config = json.loads(adapter.read_text())
+            except (OSError, json.JSONDecodeError):
+                config = {}  # hashed with the weights all the same; transformers names what is wrong with it
+            base = config.get("base_model_name_or_path") if isinstance(config, dict) else None
+            if base:
+                identity["base"] = model_identity(base, config.get("revision"), _seen | {path.resolve()})
+        return identity
     identity = {"hub_id": model, "revision": revision or "main"}
     try:
         from huggingface_hub import try_to_load_from_cache
