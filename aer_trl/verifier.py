@@ -190,9 +190,10 @@ def _join_thousands(match: re.Match) -> str:
 
 def join_digit_groups(text: str) -> str:
     """`1\\,000`, `1~000`, `1\\ 000`, `1 000` → `1000`: a LaTeX space between two digits is dropped, and plain spaces
-    only in a run written as thousands (`2 3` and `1 0000` stay as they are). For gold answers and extracted final
-    answers, not whole completions."""
-    text = _DIGIT_SPACING.sub("", text)
+    only in a run written as thousands (`2 3` and `1 0000` stay as they are); any other `~` (LaTeX's unbreakable
+    space, which math-verify did not read: `18~\\text{dollars}`, `2~\\frac{1}{2}`) is a space. For gold answers and
+    extracted final answers, not whole completions."""
+    text = _DIGIT_SPACING.sub("", text).replace("~", " ")
     return _SPACED_RUN.sub(_join_thousands, text) if " " in text else text
 
 

@@ -96,6 +96,8 @@ def test_safe_off_the_main_thread():
         ("\\boxed{10000}", "10\\,000", 1.0),  # the gold's digit groups too
         ("\\boxed{0}", "1\\,000", 0.0),
         ("\\boxed{18.}", "18", 1.0),  # a full stop inside the box: math-verify found no number
+        ("\\boxed{18~\\text{dollars}}", "18", 1.0),  # LaTeX's unbreakable space: math-verify found no number
+        ("\\boxed{2~\\frac{1}{2}}", "2.5", 1.0),
     ],
 )
 def test_final_answer_policy(completion, gold, expected):
