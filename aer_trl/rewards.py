@@ -22,9 +22,10 @@ would read 32 and 2n+1), subscripts a subscript (`1010₂` → `1010_{2}`) and v
 (Arabic-Indic and others), zero-width characters and soft hyphens removed. Answer-choice wrappers such as
 `\\textbf{(C)}\\ 12` or `(C) 12` are reduced to what follows the letter (or the letter alone). Digit groups are joined
 in the extracted answer and the gold (`1\\,000`, `1~000`, `1 000` → `1000`; math-verify reads a space between digits as
-a product: `1\\,000` was 0), and a full stop after a boxed number dropped (`\\boxed{18.}`). The extracted answer is
-bounded (`MAX_ANSWER_CHARS`): longer ones are not credited. Checking runs in worker processes with a hard wall-clock
-limit per completion on every thread (`aer_trl.verifier`), so no model output can hang or crash the caller.
+a product: `1\\,000` was 0; any other `~` is a space), and a full stop after a boxed number dropped
+(`\\boxed{18.}`). The extracted answer is bounded (`MAX_ANSWER_CHARS`): longer ones are not credited. Checking runs
+in worker processes with a hard wall-clock limit per completion on every thread (`aer_trl.verifier`), so no model
+output can hang or crash the caller.
 
 Timeouts, unparseable answers and missing markers are counted: `judge_completions` returns the counts with the
 verdicts (the evaluation harness writes them to `metrics.json`), and in training `math_accuracy_reward` logs them
@@ -50,8 +51,8 @@ __all__ = [
 
 ANSWER_FORMATS = ("boxed", "answer", "gsm8k")
 # The answer checker's version, stored with every verdict the evaluation store keeps: verdicts of another version are
-# judged again when scored. Raise it with any change that can turn a verdict (2: digit groups, `\\boxed{18.}`,
-# markdown around answer lines).
+# judged again when scored. Raise it with any change that can turn a verdict (2: digit groups and `~`,
+# `\\boxed{18.}`, markdown around answer lines).
 JUDGE_VERSION = 2
 MAX_ANSWER_CHARS = 1000
 UNMARKED_TAIL_CHARS = 2000
