@@ -5,8 +5,11 @@ that differs from the checkpoint's is named (docs/design.md §2, "Resume")."""
 from __future__ import annotations
 
 import logging
+import os
+import warnings
 from collections import Counter
 
+from transformers.trainer import SCHEDULER_NAME
 from transformers.trainer_callback import ExportableState
 
 from .callback import AERCallback
@@ -93,6 +96,30 @@ class ResumeMixin:
             self.control.should_training_stop = True
             return None
         return super()._run_epoch(*args, **kwargs)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """A checkpoint without optimizer and scheduler state (saved with `save_only_model`, or copied without
+        optimizer.pt and scheduler.pt): transformers then starts the optimizer and the learning-rate schedule over from
+        step 0, silently (measured: linear decay over 4 steps, resumed at step 2: lr 2.5e-4 at step 3 instead of
+        1.25e-4). Here the schedule is stepped on to the checkpoint's step, and a warning names what cannot come back
+        (the optimizer's moments, the random state). Under DeepSpeed its own checkpoint holds both."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None or self.is_deepspeed_enabled or os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME)):
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch: "lr_scheduler.step() before optimizer.step()", on purpose here
+            for _ in range(self.state.global_step):
+                self.lr_scheduler.step()
+        if self.accelerator.is_main_process:
+            logger.warning(
+                "resuming from %s, which holds no optimizer or scheduler state (saved with save_only_model?): the "
+                "learning rate continues the schedule at step %d (%.3g), but the optimizer's moments and the random "
+                "state start afresh, so the run differs from the one never stopped. Save checkpoints with "
+                "save_only_model=False to resume exactly.",
+                checkpoint,
+                self.state.global_step,
+                self.lr_scheduler.get_last_lr()[0],
+            )
 
     def _warn_resume_changes(self, controller: str) -> None:
         """Names every setting in `aer_resume_changes` in one warning, with whether it applies; `controller` says

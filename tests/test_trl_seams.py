@@ -45,6 +45,7 @@ def test_the_private_methods_we_override_are_the_ones_we_know():
         "_generate_single_turn",
         "_get_per_token_logps_and_entropies",
         "_load_callback_state",
+        "_load_optimizer_and_scheduler",
         "_run_epoch",
     ]
 
