@@ -156,7 +156,7 @@ class ResumeMixin:
             if all(cb is not other for other in self.callback_handler.callbacks):
                 self.callback_handler.add_callback(cb)
             entries = saved if isinstance(saved, list) else [saved] if saved else []
-            newest = entries[-count[type(cb)] :] if len(entries) > count[type(cb)] else entries
+            newest = entries[-count[type(cb)] :]  # the last save's states, one per callback of the class
             index = seen[type(cb)]
             seen[type(cb)] += 1
             if index < len(newest):
