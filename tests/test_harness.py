@@ -312,6 +312,26 @@ def test_incomplete_set_is_refused(tmp_path, model_and_bench):
         score(more, make_plans(more, "transformers"))
 
 
+def test_a_problem_repeated_in_a_benchmark_counts_its_own_samples(tmp_path, model_and_bench):
+    """A benchmark that lists a problem twice (in one chunk or in two) evaluates each listing on its own samples, as
+    it would two different problems: the store keeps both, and pass@1 is the mean over every generated sample."""
+    from aer_trl.evaluation.store import load_store
+
+    model, _ = model_and_bench
+    bench = tmp_path / "repeats.jsonl"
+    rows = [{"question": q, "answer": "1"} for q in ["0?", "0?", "1?", "0?", "2?"]]  # "0?" in chunk 0 twice, chunk 1
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = make_args(tmp_path / "eval", model, str(bench))
+    result = evaluate(args, generator_factory=Fake())[model][str(bench)]
+    store = load_store(tmp_path / "eval")
+    assert len(store) == len(rows)
+    verdicts = [v for r in store.values() for v in r["correct"]]
+    assert len(verdicts) == len(rows) * args.num_samples
+    assert result["pass@1"] == pytest.approx(sum(verdicts) / len(verdicts))
+    again = Fake()
+    assert evaluate(args, generator_factory=again)[model][str(bench)] == result and again.problems == 0
+
+
 def test_invalid_eval_arguments():
     with pytest.raises(ValueError, match="k_list"):
         EvalArguments(models=["m"], num_samples=4, k_list=[1, 8])

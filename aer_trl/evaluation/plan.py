@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,12 +90,14 @@ def load_problems(bench: str, args, tokenizer) -> list[Problem]:
     if len(data) == 0:
         raise ValueError(f"benchmarks: {bench!r} has no problems with a parseable gold answer")
     groups = data["difficulty"] if "difficulty" in data.column_names else [None] * len(data)
-    problems = []
+    problems, listed = [], Counter()
     for i, (row, group) in enumerate(zip(data, groups)):
         text = prompt_text(row["prompt"], tokenizer)
-        problems.append(
-            Problem(i, text, row["answer"], problem_hash(text, row["answer"]), None if group is None else str(group))
-        )
+        key = problem_hash(text, row["answer"])
+        listed[key] += 1
+        if listed[key] > 1:  # a problem the benchmark lists again is sampled again, under a key of its own
+            key = digest([key, listed[key]])
+        problems.append(Problem(i, text, row["answer"], key, None if group is None else str(group)))
     return problems
 
 
