@@ -131,13 +131,19 @@ class ResumeMixin:
         applied = {k: v for k, v in changes.items() if k not in kept}
 
         logger.warning(
-            "resuming at step %d with settings that differ from the checkpoint's.%s%s",
+            "resuming at step %d with settings that differ from the checkpoint's.%s%s%s",
             self.state.global_step,
             f" Applied from here on: {describe_changes(applied)} ({controller})." if applied else "",
             f" NOT applied: {describe_changes(kept)} (the optimizer state restored from the checkpoint keeps its "
             "learning rate, betas, eps and weight decay, as transformers restores it; to change them, start a new "
             "run from the checkpoint's weights)."
             if kept
+            else "",
+            " DeepSpeed loads a ZeRO checkpoint only on the number of processes that saved it (short of converting "
+            f"it to a universal checkpoint): resume with {changes['world_size'][0]} processes, or start a new run "
+            "from the checkpoint's weights (zero_to_fp32.py in the checkpoint folder writes them whole; the "
+            "optimizer's moments then start afresh)."
+            if "world_size" in changes and getattr(self, "is_deepspeed_enabled", False)
             else "",
         )
 

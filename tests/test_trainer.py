@@ -421,6 +421,29 @@ def test_a_resume_with_a_changed_setting_applies_it_and_says_so(tmp_path, tokeni
     assert ctrl.iteration == 4
 
 
+def test_a_deepspeed_resume_on_another_number_of_processes_says_the_way_out(caplog):
+    """DeepSpeed refuses a ZeRO checkpoint on another number of processes; the warning before it says what to do."""
+    from types import SimpleNamespace
+
+    from aer_trl.resume import ResumeMixin
+
+    trainer = SimpleNamespace(
+        aer_resume_changes={"world_size": (2, 1)},
+        accelerator=SimpleNamespace(is_main_process=True),
+        state=SimpleNamespace(global_step=4),
+        is_deepspeed_enabled=True,
+    )
+    with caplog.at_level(logging.WARNING, logger="aer_trl.resume"):
+        ResumeMixin._warn_resume_changes(trainer, "α carries over")
+    assert "world_size 2 -> 1" in caplog.text and "resume with 2 processes" in caplog.text
+    assert "zero_to_fp32.py" in caplog.text
+    caplog.clear()
+    trainer.is_deepspeed_enabled = False  # DDP resumes on another number of processes; only the change is named
+    with caplog.at_level(logging.WARNING, logger="aer_trl.resume"):
+        ResumeMixin._warn_resume_changes(trainer, "α carries over")
+    assert "world_size 2 -> 1" in caplog.text and "zero_to_fp32" not in caplog.text
+
+
 def test_resuming_aer_from_a_checkpoint_without_its_state_says_so(tmp_path, tokenizer, caplog):
     common = dict(max_steps=4, save_strategy="steps", save_steps=2)
     train_aer(tmp_path / "grpo", tokenizer, method="grpo", aer_measurements=False, **common)
