@@ -3,6 +3,11 @@ samples with, and the tables made from committed records alone."""
 
 import argparse
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +15,8 @@ import yaml
 
 from aer_trl.studies import real_study
 from tests import helpers
+
+ROOT = Path(__file__).resolve().parents[1]
 
 KS = (1, 2, 4, 8, 16)
 
@@ -103,32 +110,98 @@ def test_a_finished_cell_drops_its_checkpoints_and_a_failed_one_keeps_them_to_re
     assert len(commands) == 1
 
 
-def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_taken_over(tmp_path):
-    import os
-    import subprocess
-    import sys
+QUEUE = """
+import sys
+from pathlib import Path
+from aer_trl.studies import real_study
 
+study_file, fake_python = sys.argv[1], sys.argv[2]
+sys.executable = fake_python  # train_cell starts `<python> -m aer_trl.run ...`: here a stand-in that sleeps
+real_study.run_queue([real_study.load_study(study_file)], Path(study_file).parent / "o", evaluate_models=False,
+                     seeds=[0], arms=["grpo"])
+"""
+
+
+def _wait_for(path, proc, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert proc.poll() is None, "the queue ended before its training started"
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.2)
+
+
+def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_taken_over(tmp_path):
+    """The claim is a lock, not a process id in a file: what the file says (a live queue's claim caught between its
+    creation and its write, a reused id) does not matter, and a killed holder's claim is free at once."""
     study = real_study.load_study(helpers.write_study(tmp_path / "s"))
     arm = study.arm("grpo")
-    mine = real_study.claim_cell(study, arm, 0)
-    assert mine is not None and mine.read_text().split()[0] == str(os.getpid())
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path / "s" / "study.yaml"), str(tmp_path / "held")],
+        cwd=ROOT,
+    )
     try:
-        started = real_study.queue._started(other.pid)
-        assert started is not None  # Linux: /proc
-        for held in (f"{other.pid} {started}", str(other.pid)):  # a live queue holds it (the older form: its id alone)
-            mine.write_text(held)
+        _wait_for(tmp_path / "held", holder)
+        claim = real_study.record_dir(study, arm, 0) / ".claim"
+        for text in ("", "garbage", "1", f"{os.getpid()}"):  # what a reader may find in the file of a live claim
+            claim.write_text(text)
             assert real_study.claim_cell(study, arm, 0) is None
-        # the id of a killed queue, now another process's (ids are reused): stale
-        mine.write_text(f"{other.pid} {int(started) - 1}")
-        assert real_study.claim_cell(study, arm, 0) == mine and mine.read_text().split()[0] == str(os.getpid())
-        mine.write_text(f"{other.pid} {started}")
+        mine = real_study.claim_cell(study, arm, 1)  # another cell is free
+        assert mine is not None and real_study.claim_cell(study, arm, 1) is None  # and now held, also against us
+        mine.release()
+        assert real_study.claim_cell(study, arm, 1) is not None
     finally:
-        other.kill()
-        other.wait()
-    taken = real_study.claim_cell(study, arm, 0)  # its process is gone: the claim is stale
-    assert taken == mine and taken.read_text() == f"{os.getpid()} {real_study.queue._started(os.getpid())}"
-    assert real_study.claim_cell(study, arm, 1) is not None  # another cell is free
+        holder.kill()
+        holder.wait()
+    taken = real_study.claim_cell(study, arm, 0)  # its holder was killed: free
+    assert taken is not None and taken.path.read_text() == f"{os.getpid()}\n"
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from aer_trl.studies.real_study.queue import claim_cell
+from aer_trl.studies.real_study.spec import load_study
+
+study = load_study(sys.argv[1])
+assert claim_cell(study, study.arm("grpo"), 0) is not None
+Path(sys.argv[2]).touch()
+time.sleep(120)
+"""
+
+
+def test_a_queue_killed_alone_leaves_its_cell_to_the_training_it_started(tmp_path):
+    """`kill PID` of a queue ends the queue, not the training it started: the cell stays claimed until that training
+    ends too (a second queue used to start the same cell in the same folder, and both wrote its metrics.jsonl)."""
+    study_file = helpers.write_study(tmp_path / "s")
+    study = real_study.load_study(study_file)
+    started = tmp_path / "training-started"
+    fake_python = tmp_path / "python"
+    fake_python.write_text(f"#!/bin/sh\ntouch {started}\nexec sleep 120\n")
+    fake_python.chmod(0o755)
+    queue = subprocess.Popen([sys.executable, "-c", QUEUE, str(study_file), str(fake_python)], cwd=ROOT)
+    training = None
+    try:
+        _wait_for(started, queue)
+        training = next(p for p in Path("/proc").glob("[0-9]*") if _parent(p) == queue.pid)
+        queue.kill()
+        queue.wait()
+        assert real_study.claim_cell(study, study.arm("grpo"), 0) is None  # its training still runs
+    finally:
+        queue.kill()
+        if training is not None:
+            os.kill(int(training.name), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while (claim := real_study.claim_cell(study, study.arm("grpo"), 0)) is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # the killed training's process is reaped by init
+    assert claim is not None
+
+
+def _parent(proc: Path) -> int | None:
+    try:
+        stat = (proc / "stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
 def test_a_cell_recorded_by_another_study_is_copied_not_trained_again(tmp_path):
@@ -277,7 +350,6 @@ def test_seeds_and_methods_with_a_study_pick_the_cells_to_train_not_the_tables(t
     study.write_text(yaml.safe_dump({"title": "t", "seeds": [0, 1], "reference": "a", "arms": arms}))
     queued = []
     monkeypatch.setattr(real_study.queue, "_run_cell", lambda st, arm, seed, *a: queued.append((arm.name, seed)))
-    monkeypatch.setattr(real_study.queue, "claim_cell", lambda *a: tmp_path / "claim")
     real_study.main(["--study", str(study), "--seeds", "1", "--methods", "b", "--output_dir", str(tmp_path / "o")])
     assert queued == [("b", 1)]
     assert real_study.load_study(study).seeds == [0, 1]
@@ -308,7 +380,6 @@ def test_a_queue_for_some_arms_still_copies_the_shared_records_of_the_others(tmp
     queued = []
     record = lambda st, arm, seed, *a: queued.append((st.records, arm.name, seed))  # noqa: E731
     monkeypatch.setattr(real_study.queue, "_run_cell", record)
-    monkeypatch.setattr(real_study.queue, "claim_cell", lambda *a: tmp_path / "claim")
     real_study.run_queue([first, second], tmp_path / "o", seeds=[0], arms=["fixed"])
     assert real_study.read_record(second, second.arm("grpo"), 0) is not None
     assert sorted(queued) == sorted([(first.records, "fixed", 0), (second.records, "fixed", 0)])

@@ -18,9 +18,10 @@ from ...training import is_complete_checkpoint
 from .spec import KS, Arm, Study, cell_dir, settings_hash
 
 
-def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path) -> dict:
+def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path, claim=None) -> dict:
     """Train one cell in its own process unless it is finished; resume a killed one from its newest checkpoint; drop
-    the checkpoints of a finished one."""
+    the checkpoints of a finished one. `claim` (the queue's `Claim`): the training process holds it too, so the cell
+    stays claimed while it runs, also after the queue that started it is killed."""
     folder = cell_dir(study, arm, seed, output_dir)
     done = folder / "run.json"
     if done.exists():
@@ -47,7 +48,9 @@ def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path) -> dic
     with open(folder / "train.log", "a") as log:
         log.write(f"\n$ {' '.join(command)}\n")
         log.flush()
-        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+        code = subprocess.call(
+            command, stdout=log, stderr=subprocess.STDOUT, pass_fds=() if claim is None else (claim.fd,)
+        )
     if code != 0:
         raise RuntimeError(f"training {arm.name} seed {seed} failed (exit {code}); see {folder / 'train.log'}")
     run = {

@@ -1,10 +1,12 @@
-"""The queue: every missing cell of the studies, seed-major, each claimed (a PID file, so several queues can share
-the studies), trained, evaluated and recorded before the next."""
+"""The queue: every missing cell of the studies, seed-major, each claimed (a lock on a file, so several queues can
+share the studies), trained, evaluated and recorded before the next."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...io import atomic_write
@@ -13,54 +15,36 @@ from .records import export_record, read_record, share_record
 from .spec import Arm, Study, cell_dir, record_dir
 
 
-def claim_cell(study: Study, arm: Arm, seed: int) -> Path | None:
-    """Claim a cell for this process: `<record dir>/.claim` holds the claiming process's id and start time, created
-    exclusively. None when a live process holds it (another queue on this machine is training the cell); a claim
-    whose process is gone (killed) is taken over, also when its id now belongs to another process (ids are reused: in
-    a container restarted after a kill, the first ids go to whatever starts first). Several queues can then share one
-    list of studies, one cell each at a time."""
+@dataclass
+class Claim:
+    """A cell claimed by this queue: an exclusive lock (`flock`) on `<record dir>/.claim`, held through `fd` by this
+    process and by the training process it starts (which inherits `fd`). The kernel releases it when the last of them
+    ends, however it ends: a queue killed on its own (`kill PID`) leaves its training running, and the cell stays
+    claimed until that training ends too."""
+
+    path: Path
+    fd: int
+
+    def release(self) -> None:
+        os.close(self.fd)
+
+
+def claim_cell(study: Study, arm: Arm, seed: int) -> Claim | None:
+    """Claim a cell for this process; None when another queue, or a training a killed queue started, holds it.
+    Several queues can then share one list of studies, one cell each at a time. The file stays (it holds the claiming
+    process's id, for a person to read); the lock, not the file, is the claim."""
     out = record_dir(study, arm, seed)
     out.mkdir(parents=True, exist_ok=True)
-    claim = out / ".claim"
-    for _ in range(2):
-        try:
-            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                holder, *started = claim.read_text().split()
-                holder = int(holder)
-            except (OSError, ValueError):
-                holder, started = 0, []
-            if holder and holder != os.getpid() and _alive(holder, started[0] if started else None):
-                return None
-            claim.unlink(missing_ok=True)  # stale: its process is gone
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{os.getpid()} {_started(os.getpid()) or ''}".strip())
-        return claim
-    return None
-
-
-def _started(pid: int) -> str | None:
-    """When process `pid` started (clock ticks since boot: /proc/<pid>/stat, field 22); None without /proc."""
+    path = out / ".claim"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
         return None
-    fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
-    return fields[19] if len(fields) > 19 else None
-
-
-def _alive(pid: int, started: str | None = None) -> bool:
-    """Whether the process that wrote a claim still runs: its id is taken, by a process that started when it did."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    now = _started(pid)
-    return started is None or now is None or now == started
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return Claim(path, fd)
 
 
 def run_queue(
@@ -97,15 +81,21 @@ def run_queue(
                     continue
                 claim = claim_cell(study, arm, seed)
                 if claim is None:
-                    print(f"{study.title} / {arm.name} seed {seed}: another queue has it", flush=True)
+                    print(
+                        f"{study.title} / {arm.name} seed {seed}: another queue has it (or the training a killed "
+                        "queue started still runs)",
+                        flush=True,
+                    )
                     continue
                 try:
-                    _run_cell(study, arm, seed, output_dir, evaluate_models, base_done)
+                    _run_cell(study, arm, seed, output_dir, evaluate_models, base_done, claim)
                 finally:
-                    claim.unlink(missing_ok=True)
+                    claim.release()
 
 
-def _run_cell(study: Study, arm: Arm, seed: int, output_dir, evaluate_models: bool, base_done: dict) -> None:
+def _run_cell(
+    study: Study, arm: Arm, seed: int, output_dir, evaluate_models: bool, base_done: dict, claim: Claim | None = None
+) -> None:
     """Train, evaluate and record one claimed cell (the untrained model's evaluation first, once per study)."""
     if evaluate_models and not (study.records / "base_passk.json").is_file():
         if study.records not in base_done:
@@ -115,7 +105,7 @@ def _run_cell(study: Study, arm: Arm, seed: int, output_dir, evaluate_models: bo
             print(f"untrained: held-out pass@1 {100 * base_done[study.records]['pass@1']:.1f}%", flush=True)
         study.records.mkdir(parents=True, exist_ok=True)
         atomic_write(study.records / "base_passk.json", json.dumps(base_done[study.records], sort_keys=True))
-    run = train_cell(study, arm, seed, output_dir)
+    run = train_cell(study, arm, seed, output_dir, claim)
     print(f"{study.title} / {arm.name} seed {seed}: trained ({run['seconds']:.0f} s)", flush=True)
     if not evaluate_models:
         return
