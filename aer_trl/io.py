@@ -1,7 +1,9 @@
-"""Small file helpers shared by the package: one way to replace a file atomically, and one way to hash a file."""
+"""Small file helpers shared by the package: one way to replace a file atomically, one way to hash a file, and one way
+to hold a lock on one."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 from pathlib import Path
@@ -31,3 +33,22 @@ def file_sha256(path: str | Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()[:20]
+
+
+def try_lock(path: str | Path) -> int | None:
+    """An exclusive lock (`flock`) on `path`, created if missing: its descriptor, or None when another process holds
+    it. The lock belongs to the descriptor, so a process started with it (`pass_fds`) holds it too; the kernel
+    releases it when the last holder closes it or ends, however it ends (a killed holder leaves nothing stale behind).
+    Close the descriptor to release it. The file stays: the lock, not the file, is what counts."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # who holds it, for a person to read
+    return fd

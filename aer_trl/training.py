@@ -27,6 +27,7 @@ from .engine import engine_sampler
 from .evaluation import PassAtKCallback
 from .evaluation.harness import check_model
 from .gguf import resolve_model
+from .io import try_lock
 from .lab.rewards import lab_accuracy_reward
 from .rewards import math_accuracy_reward
 from .sources import ArithmeticArguments, PromptArguments, get_source, resolve_format
@@ -199,7 +200,45 @@ def resolve_resume(value, output_dir: str) -> str | None:
     )
 
 
+RUN_LOCK = "_aer_trl.lock"  # in output_dir; "_*" files are never pushed to the Hub (transformers' ignore patterns)
+
+
+def lock_output_dir(training_args) -> int | None:
+    """One run at a time in an `output_dir`: the main process holds a lock on `<output_dir>/_aer_trl.lock` while it
+    trains, and a second run into the same folder (launched twice, a job requeued while the first still runs) is
+    refused before it writes anything: two runs there overwrite each other's checkpoints and interleave their
+    metrics.jsonl, silently. A killed run leaves no stale lock (the kernel releases it). On a file system without
+    locks the run goes on, with a warning."""
+    if training_args.process_index != 0:
+        return None
+    out = Path(training_args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = try_lock(out / RUN_LOCK)
+    except OSError as e:
+        logger.warning("output_dir %s: cannot lock it (%s); a second run into it would not be detected", out, e)
+        return None
+    if fd is None:
+        holder = (out / RUN_LOCK).read_text().strip() or "?"
+        raise RuntimeError(
+            f"output_dir {out}: another run is training into it (process {holder}); two runs in one folder overwrite "
+            "each other's checkpoints and metrics. Wait for it or stop it (then resume with resume_from_checkpoint: "
+            "latest), or choose another output_dir"
+        )
+    return fd
+
+
 def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=None):
+    """Train, save, write the card and push, holding `output_dir`'s lock throughout (`lock_output_dir`)."""
+    lock = lock_output_dir(training_args)
+    try:
+        return _train(script_args, training_args, model_args)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _train(script_args: AERScriptArguments, training_args: AERConfig, model_args=None):
     from trl import ModelConfig, get_peft_config
 
     from .trainer import AERGRPOTrainer

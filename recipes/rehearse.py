@@ -254,7 +254,7 @@ def check(out: Path, run_dir: Path, phase1: list[dict], overrides: dict) -> dict
         "model_card_with_aer": "AER" in card and "aer_trl" in card,
         "hub_push_captured": {"config.json", "model.safetensors", "README.md"} <= set(hub)
         and any(name.startswith("tokenizer") for name in hub),
-        "no_local_caches_pushed": bool(hub) and not any("vllm_cache" in name for name in hub),
+        "no_local_caches_pushed": bool(hub) and not any("vllm_cache" in n or n.endswith(".lock") for n in hub),
         # hub_strategy every_save: the model (never a checkpoint folder) at each save and at the end. The save at step
         # SAVE may go unpushed: the kill comes within seconds of its trainer_state.json, while the upload may run.
         "hub_strategy_every_save": f"Training in progress, step {STEPS}" in pushes

@@ -42,6 +42,48 @@ def lab_argv(tmp_path, *extra):
     ]
 
 
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from aer_trl.io import try_lock
+
+assert try_lock(sys.argv[1]) is not None
+Path(sys.argv[2]).touch()
+time.sleep(120)
+"""
+
+
+def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anything(tmp_path):
+    """Two runs in one folder overwrite each other's checkpoints and interleave metrics.jsonl: while a run holds
+    `output_dir`, another is refused by name; a killed run leaves no stale lock."""
+    import subprocess
+    import time
+
+    from aer_trl.training import RUN_LOCK, lock_output_dir
+
+    sys.path.insert(0, str(ROOT / "recipes"))
+    import train  # recipes/train.py
+
+    run = tmp_path / "run"
+    run.mkdir()
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run / RUN_LOCK), str(ready)], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert holder.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        with pytest.raises(RuntimeError, match=f"another run is training into it \\(process {holder.pid}\\)"):
+            train.main(lab_argv(tmp_path, "--max_steps", "1"))
+        assert sorted(p.name for p in run.iterdir()) == [RUN_LOCK]  # nothing written
+    finally:
+        holder.kill()
+        holder.wait()
+    fd = lock_output_dir(AERConfig(output_dir=str(run), use_cpu=True, bf16=False, report_to="none"))
+    assert fd is not None  # the killed holder's lock is gone
+    os.close(fd)
+
+
 @pytest.mark.slow
 def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
     import subprocess

@@ -3,13 +3,12 @@ share the studies), trained, evaluated and recorded before the next."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...io import atomic_write
+from ...io import atomic_write, try_lock
 from .cells import held_out, train_cell
 from .records import export_record, read_record, share_record
 from .spec import Arm, Study, cell_dir, record_dir
@@ -31,20 +30,11 @@ class Claim:
 
 def claim_cell(study: Study, arm: Arm, seed: int) -> Claim | None:
     """Claim a cell for this process; None when another queue, or a training a killed queue started, holds it.
-    Several queues can then share one list of studies, one cell each at a time. The file stays (it holds the claiming
-    process's id, for a person to read); the lock, not the file, is the claim."""
+    Several queues can then share one list of studies, one cell each at a time."""
     out = record_dir(study, arm, seed)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / ".claim"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return Claim(path, fd)
+    fd = try_lock(out / ".claim")
+    return None if fd is None else Claim(out / ".claim", fd)
 
 
 def run_queue(
