@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes, fsync: bool = False) -> Path:
@@ -51,4 +54,26 @@ def try_lock(path: str | Path) -> int | None:
         raise
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # who holds it, for a person to read
+    return fd
+
+
+def lock_folder(folder: str | Path, name: str, doing: str, hint: str = "") -> int | None:
+    """One writer at a time in `folder`: holds the lock on `<folder>/<name>` (`try_lock`) and returns its descriptor
+    (close it to release), or raises RuntimeError naming the process that holds it (`doing`: what it does there, e.g.
+    "run is training into it"; `hint`: what to do). On a file system without locks: a warning, and None."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = try_lock(folder / name)
+    except OSError as e:
+        logger.warning("%s: cannot lock it (%s); a second %s would not be detected", folder, e, doing)
+        return None
+    if fd is None:
+        try:
+            holder = (folder / name).read_text().strip() or "?"
+        except OSError:
+            holder = "?"
+        raise RuntimeError(
+            f"{folder}: another {doing} (process {holder}); two at once overwrite each other's files. {hint}"
+        )
     return fd

@@ -27,7 +27,7 @@ from .engine import engine_sampler
 from .evaluation import PassAtKCallback
 from .evaluation.harness import check_model
 from .gguf import resolve_model
-from .io import try_lock
+from .io import lock_folder
 from .lab.rewards import lab_accuracy_reward
 from .rewards import math_accuracy_reward
 from .sources import ArithmeticArguments, PromptArguments, get_source, resolve_format
@@ -211,21 +211,12 @@ def lock_output_dir(training_args) -> int | None:
     locks the run goes on, with a warning."""
     if training_args.process_index != 0:
         return None
-    out = Path(training_args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = try_lock(out / RUN_LOCK)
-    except OSError as e:
-        logger.warning("output_dir %s: cannot lock it (%s); a second run into it would not be detected", out, e)
-        return None
-    if fd is None:
-        holder = (out / RUN_LOCK).read_text().strip() or "?"
-        raise RuntimeError(
-            f"output_dir {out}: another run is training into it (process {holder}); two runs in one folder overwrite "
-            "each other's checkpoints and metrics. Wait for it or stop it (then resume with resume_from_checkpoint: "
-            "latest), or choose another output_dir"
-        )
-    return fd
+    return lock_folder(
+        training_args.output_dir,
+        RUN_LOCK,
+        "run is training into it",
+        "Wait for it or stop it (then resume with resume_from_checkpoint: latest), or choose another output_dir.",
+    )
 
 
 def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=None):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -124,3 +128,31 @@ def fake_study_record(study, arm, seed, pass1: float, entropy: float, unmarked: 
     (out / "recipe.yaml").write_text(yaml.safe_dump(study.merged(arm)))
     run = {"arm": arm.name, "seed": seed, "settings_hash": real_study.settings_hash(study.merged(arm))}
     (out / "run.json").write_text(json.dumps(run))
+
+
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from aer_trl.io import try_lock
+
+assert try_lock(sys.argv[1]) is not None
+Path(sys.argv[1] + ".held").touch()
+time.sleep(120)
+"""
+
+
+@contextlib.contextmanager
+def lock_held_elsewhere(path: Path):
+    """Another process holds `aer_trl.io.try_lock(path)` inside the block (its process object is yielded), and is
+    killed at the end."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(path)], cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 60
+        while not Path(f"{path}.held").exists():
+            assert holder.poll() is None and time.monotonic() < deadline, "the lock holder did not start"
+            time.sleep(0.1)
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+        Path(f"{path}.held").unlink(missing_ok=True)

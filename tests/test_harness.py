@@ -332,6 +332,21 @@ def test_a_problem_repeated_in_a_benchmark_counts_its_own_samples(tmp_path, mode
     assert evaluate(args, generator_factory=again)[model][str(bench)] == result and again.problems == 0
 
 
+def test_a_second_evaluation_into_the_same_folder_is_refused_while_the_first_runs(tmp_path, model_and_bench):
+    """Two evaluations in one folder repair and rewrite each other's store and merge metrics.json over each other:
+    while one holds the folder, another is refused by name; a killed one leaves no stale lock."""
+    from aer_trl.evaluation.harness import EVAL_LOCK
+
+    model, bench = model_and_bench
+    out = tmp_path / "eval"
+    out.mkdir()
+    with helpers.lock_held_elsewhere(out / EVAL_LOCK) as holder:
+        with pytest.raises(RuntimeError, match=f"another evaluation is writing into it \\(process {holder.pid}\\)"):
+            evaluate(make_args(out, model, bench), generator_factory=Fake())
+        assert not (out / "generations.jsonl").exists()
+    assert evaluate(make_args(out, model, bench), generator_factory=Fake())[model][bench]["pass@1"] >= 0
+
+
 def test_invalid_eval_arguments():
     with pytest.raises(ValueError, match="k_list"):
         EvalArguments(models=["m"], num_samples=4, k_list=[1, 8])

@@ -42,23 +42,9 @@ def lab_argv(tmp_path, *extra):
     ]
 
 
-HOLD_LOCK = """
-import sys, time
-from pathlib import Path
-from aer_trl.io import try_lock
-
-assert try_lock(sys.argv[1]) is not None
-Path(sys.argv[2]).touch()
-time.sleep(120)
-"""
-
-
 def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anything(tmp_path):
     """Two runs in one folder overwrite each other's checkpoints and interleave metrics.jsonl: while a run holds
     `output_dir`, another is refused by name; a killed run leaves no stale lock."""
-    import subprocess
-    import time
-
     from aer_trl.training import RUN_LOCK, lock_output_dir
 
     sys.path.insert(0, str(ROOT / "recipes"))
@@ -66,19 +52,10 @@ def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anyth
 
     run = tmp_path / "run"
     run.mkdir()
-    ready = tmp_path / "ready"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run / RUN_LOCK), str(ready)], cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert holder.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+    with helpers.lock_held_elsewhere(run / RUN_LOCK) as holder:
         with pytest.raises(RuntimeError, match=f"another run is training into it \\(process {holder.pid}\\)"):
             train.main(lab_argv(tmp_path, "--max_steps", "1"))
-        assert sorted(p.name for p in run.iterdir()) == [RUN_LOCK]  # nothing written
-    finally:
-        holder.kill()
-        holder.wait()
+        assert sorted(p.name for p in run.iterdir()) == sorted([RUN_LOCK, f"{RUN_LOCK}.held"])  # nothing written
     fd = lock_output_dir(AERConfig(output_dir=str(run), use_cpu=True, bf16=False, report_to="none"))
     assert fd is not None  # the killed holder's lock is gone
     os.close(fd)

@@ -14,8 +14,11 @@ This module runs them in order: `evaluate(args)`.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+from ..io import lock_folder
 from .args import EvalArguments
 from .backends import TransformersGenerator, VLLMGenerator, check_model, choose_backend, default_factory
 from .plan import Plan, Problem, generate_missing, load_problems, make_plans, prompt_text, run_workers
@@ -37,19 +40,29 @@ __all__ = [
 ]
 
 
+EVAL_LOCK = "_aer_trl_eval.lock"
+
+
 def evaluate(args: EvalArguments, generator_factory=None) -> dict:
     """Run (or resume) the evaluation; returns the metrics of this run's models and benchmarks (`metrics.json` also
     keeps the entries of earlier runs into the same folder)."""
-    from pathlib import Path
-
     if not args.models:
         raise ValueError("models: give at least one checkpoint folder or Hub id")
-    Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-    backend = choose_backend(args.backend)
-    plans = make_plans(args, backend)
-    workers = args.data_parallel or (torch.cuda.device_count() if backend == "vllm" else 1)
-    if generator_factory is not None or workers <= 1:
-        generate_missing(args, plans, generator_factory or default_factory(backend))
-    else:
-        run_workers(args, plans, backend, workers)
-    return score(args, plans)
+    lock = lock_folder(  # two evaluations in one folder repair and rewrite each other's store and metrics.json
+        args.output_dir,
+        EVAL_LOCK,
+        "evaluation is writing into it",
+        "Wait for it (its samples are then reused here), or give this one another output_dir.",
+    )
+    try:
+        backend = choose_backend(args.backend)
+        plans = make_plans(args, backend)
+        workers = args.data_parallel or (torch.cuda.device_count() if backend == "vllm" else 1)
+        if generator_factory is not None or workers <= 1:
+            generate_missing(args, plans, generator_factory or default_factory(backend))
+        else:
+            run_workers(args, plans, backend, workers)
+        return score(args, plans)
+    finally:
+        if lock is not None:
+            os.close(lock)
