@@ -168,13 +168,15 @@ def is_complete_checkpoint(folder: Path) -> bool:
 def resolve_resume(value, output_dir: str) -> str | None:
     """`resume_from_checkpoint` as Trainer.train wants it: `true`/`latest` → the newest *complete* checkpoint of
     `output_dir` (one whose trainer_state.json, written last by a save, reads whole; incomplete ones are skipped with a
-    warning), a folder → that folder, `false`/unset → None; anything else is an error naming the value."""
+    warning), an error when there is none; `auto` → the same, or None (a fresh start) when there is none: one command
+    for a job that may be a first start or a restart (a requeued job, a sweep run again); a folder → that folder,
+    `false`/unset → None; anything else is an error naming the value."""
     if value is None or value is False:
         return None
     text = str(value).strip()
     if text.lower() in ("", "false", "no", "none"):
         return None
-    if value is True or text.lower() in ("true", "latest", "yes"):
+    if value is True or text.lower() in ("true", "latest", "yes", "auto"):
         folders = sorted((p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir()), key=_step)
         complete = [p for p in folders if is_complete_checkpoint(p)]
         for p in folders:
@@ -185,7 +187,11 @@ def resolve_resume(value, output_dir: str) -> str | None:
                     p,
                 )
         if not complete:
-            raise FileNotFoundError(f"resume_from_checkpoint={value!r}: no complete checkpoint in {output_dir}")
+            if text.lower() == "auto":
+                return None
+            raise FileNotFoundError(
+                f"resume_from_checkpoint={value!r}: no complete checkpoint in {output_dir} (`auto` starts afresh then)"
+            )
         return str(complete[-1])
     path = Path(text)
     if path.is_dir():
@@ -196,7 +202,7 @@ def resolve_resume(value, output_dir: str) -> str | None:
             )
         return str(path)
     raise ValueError(
-        f"resume_from_checkpoint: {value!r} is neither true/latest/false nor an existing checkpoint folder"
+        f"resume_from_checkpoint: {value!r} is neither true/latest/auto/false nor an existing checkpoint folder"
     )
 
 
@@ -223,13 +229,33 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
     """Train, save, write the card and push, holding `output_dir`'s lock throughout (`lock_output_dir`)."""
     lock = lock_output_dir(training_args)
     try:
-        return _train(script_args, training_args, model_args)
+        resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
+        if resume is None:
+            check_fresh_start(training_args.output_dir)
+        return _train(script_args, training_args, model_args, resume)
     finally:
         if lock is not None:
             os.close(lock)
 
 
-def _train(script_args: AERScriptArguments, training_args: AERConfig, model_args=None):
+def check_fresh_start(output_dir: str) -> None:
+    """A run that starts from step 0 in a folder that holds an earlier run's complete checkpoints is refused: its own
+    checkpoints would overwrite some of them and sit beside the rest, and a later `resume_from_checkpoint: latest`
+    (the highest step) would continue the earlier run. Measured on the lab recipe: a 4-step run, then a fresh 2-step
+    run into its folder, then that run resumed to 3 steps: it resumed from the first run's checkpoint-4 and trained
+    nothing, silently where the two runs' settings agree. transformers 5 has no `overwrite_output_dir`; this is the
+    refusal its example scripts made."""
+    found = sorted((p for p in Path(output_dir).glob("checkpoint-*") if is_complete_checkpoint(p)), key=_step)
+    if found:
+        names = ", ".join(p.name for p in found[:3]) + (f" ... ({len(found)} in all)" if len(found) > 3 else "")
+        raise FileExistsError(
+            f"output_dir {output_dir} holds an earlier run's checkpoints ({names}) and this run starts from step 0: "
+            "resume it (resume_from_checkpoint: latest, or auto in a job that may be a first start), or choose "
+            "another output_dir, or delete them"
+        )
+
+
+def _train(script_args: AERScriptArguments, training_args: AERConfig, model_args=None, resume: str | None = None):
     from trl import ModelConfig, get_peft_config
 
     from .trainer import AERGRPOTrainer
@@ -291,9 +317,7 @@ def _train(script_args: AERScriptArguments, training_args: AERConfig, model_args
         if isinstance(cb, AERCallback) and cb.settings is not None:
             cb.settings.update(shaping_settings({**asdict(script_args), "train_rows": len(dataset)}))
     trainer.accelerator.print(f"Training data: {data_description}")
-    trainer.train(
-        resume_from_checkpoint=resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
-    )
+    trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(training_args.output_dir)
     trainer.create_model_card()
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")

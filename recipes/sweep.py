@@ -6,6 +6,8 @@
         --launcher "accelerate launch --config_file recipes/accelerate_configs/zero3.yaml"
 
 Each run writes to <recipe output_dir>-<param><value>; everything else is the recipe's, so the rows differ in one key.
+Each resumes its folder's newest checkpoint if it has one (`--resume_from_checkpoint auto`): a sweep stopped half-way
+and run again continues where it stopped, and a finished value trains nothing.
 """
 
 import argparse
@@ -34,6 +36,8 @@ def commands(config: str, param: str, values: list[float], launcher: str, extra:
             str(v),
             "--output_dir",
             f"{output_dir}-{param}{v}",
+            "--resume_from_checkpoint",
+            "auto",
             *extra,
         ]
         for v in values

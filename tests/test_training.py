@@ -42,6 +42,22 @@ def lab_argv(tmp_path, *extra):
     ]
 
 
+def test_a_fresh_run_into_a_folder_with_an_earlier_runs_checkpoints_is_refused(tmp_path):
+    """Its checkpoints would mix with the earlier run's, and `resume_from_checkpoint: latest` would then continue the
+    earlier run from its highest step; resuming it is what the message offers, and works."""
+    sys.path.insert(0, str(ROOT / "recipes"))
+    import train  # recipes/train.py
+
+    train.main(lab_argv(tmp_path, "--max_steps", "2"))
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*") if p.name != "_aer_trl.lock"}
+    with pytest.raises(FileExistsError, match=r"holds an earlier run's checkpoints \(checkpoint-1, checkpoint-2\)"):
+        train.main(lab_argv(tmp_path, "--max_steps", "1", "--seed", "3"))
+    after = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*") if p.name != "_aer_trl.lock"}
+    assert after == before  # nothing touched
+    trainer = train.main(lab_argv(tmp_path, "--max_steps", "3", "--resume_from_checkpoint", "latest"))
+    assert trainer.state.global_step == 3
+
+
 def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anything(tmp_path):
     """Two runs in one folder overwrite each other's checkpoints and interleave metrics.jsonl: while a run holds
     `output_dir`, another is refused by name; a killed run leaves no stale lock."""
@@ -101,6 +117,22 @@ def test_resume_values_are_checked(tmp_path):
         resolve_resume("latest", str(tmp_path))
     with pytest.raises(ValueError, match="'maybe'"):
         resolve_resume("maybe", str(tmp_path))
+    assert resolve_resume("auto", str(tmp_path)) is None  # a first start
+    (tmp_path / "checkpoint-4").mkdir()
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    assert (
+        resolve_resume("auto", str(tmp_path))
+        == resolve_resume("latest", str(tmp_path))
+        == str(tmp_path / "checkpoint-4")
+    )
+
+
+def test_the_sweep_resumes_each_value_so_a_stopped_sweep_continues():
+    sys.path.insert(0, str(ROOT / "recipes"))
+    import sweep  # recipes/sweep.py
+
+    for command in sweep.commands(str(ROOT / "recipes" / "lab" / "aer.yaml"), "aer_tau", [0.3, 0.5], "python", []):
+        assert command[command.index("--resume_from_checkpoint") + 1] == "auto"
 
 
 @pytest.mark.parametrize("torn", ["", '{"global_step": 3, "log_hist'])
