@@ -73,7 +73,23 @@ def lock_folder(folder: str | Path, name: str, doing: str, hint: str = "") -> in
             holder = (folder / name).read_text().strip() or "?"
         except OSError:
             holder = "?"
+        gone = ""
+        if holder.isdigit() and not _running(int(holder)):
+            gone = (
+                f" No process {holder} runs on this machine: it runs on another node, or a process it started (which "
+                f"holds the lock with it) outlived it; `fuser -v {folder / name}` names the holder."
+            )
         raise RuntimeError(
-            f"{folder}: another {doing} (process {holder}); two at once overwrite each other's files. {hint}"
+            f"{folder}: another {doing} (process {holder}); two at once overwrite each other's files.{gone} {hint}"
         )
     return fd
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True

@@ -38,3 +38,38 @@ def test_file_hash_sees_a_change_anywhere_in_a_large_file(tmp_path):
             f.write(b"b")
         seen.add(io.file_sha256(big))
     assert len(seen) == 4
+
+
+ORPHAN = """
+import os, sys, time
+from pathlib import Path
+from aer_trl.io import try_lock
+
+assert try_lock(sys.argv[1]) is not None
+if os.fork() == 0:  # a child (a data loader's, an engine's worker) holds the lock with its parent
+    Path(sys.argv[1] + ".child").write_text(str(os.getpid()))
+    time.sleep(120)
+    os._exit(0)
+while not Path(sys.argv[1] + ".child").exists():
+    time.sleep(0.05)
+"""
+
+
+def test_a_lock_held_on_by_a_child_that_outlived_its_holder_is_refused_and_explained(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    lock = tmp_path / "_aer_trl.lock"
+    subprocess.run([sys.executable, "-c", ORPHAN, str(lock)], check=True, timeout=120)  # the holder has ended
+    child = int((tmp_path / "_aer_trl.lock.child").read_text())
+    try:
+        with pytest.raises(RuntimeError, match=r"training into it \(process \d+\).*No process \d+ runs on this"):
+            io.lock_folder(tmp_path, lock.name, "run is training into it")
+    finally:
+        os.kill(child, 9)
+    deadline = time.monotonic() + 30
+    while (fd := io.try_lock(lock)) is None:  # the killed child's lock goes with it
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.close(fd)
