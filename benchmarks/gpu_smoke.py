@@ -33,6 +33,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -219,6 +220,7 @@ def read_run(folder: Path) -> dict:
 
 def part_recipe(cpu: bool, out: Path, extra=(), name="recipe") -> dict:
     folder = out / name
+    shutil.rmtree(folder, ignore_errors=True)  # a smoke run starts afresh: a rerun's figures are its own
     code, seconds = run(recipe_command(cpu, folder, list(extra)), out / f"{name}.log", timeout=900)
     result = {"ok": code == 0, "exit": code, "seconds": round(seconds, 1), "zero3": not cpu, **read_run(folder)}
     result["ok"] = result["ok"] and bool(result["checkpoints"]) and bool(result["validation"])
@@ -232,6 +234,7 @@ def part_paper(cpu: bool, out: Path) -> dict:
     import rehearse
 
     folder = out / "paper"
+    shutil.rmtree(folder, ignore_errors=True)  # a smoke run starts afresh: a rerun's figures are its own
     overrides = rehearse.size_overrides(folder)
     overrides.update(push_to_hub=False, output_dir=str(folder / "run"))
     if not cpu:  # the shipped GPU switches back: bf16, gradient checkpointing, sleep mode

@@ -153,6 +153,28 @@ def test_gpu_smoke_runs_every_part_in_its_cpu_mode(tmp_path):
         assert report["vllm"]["ok"] is None and "not installed" in report["vllm"]["skipped"]
 
 
+def test_gpu_smoke_run_again_trains_its_runs_afresh(tmp_path, monkeypatch):
+    """`make gpu-smoke` twice on one machine: each part's run starts in an empty folder (an earlier smoke's
+    checkpoints there would refuse the fresh run, or be read as this run's)."""
+    import gpu_smoke
+
+    seen = []
+
+    def fake_run(command, log, timeout):
+        out = Path(command[command.index("--output_dir") + 1]) if "--output_dir" in command else None
+        folder = out if out is not None else tmp_path / "out" / "paper" / "run"
+        seen.append(sorted(p.name for p in folder.glob("checkpoint-*")))
+        return 0, 0.0
+
+    monkeypatch.setattr(gpu_smoke, "run", fake_run)
+    for part, folder in ((gpu_smoke.part_recipe, "recipe"), (gpu_smoke.part_paper, "paper/run")):
+        leftover = tmp_path / "out" / folder / "checkpoint-7"
+        leftover.mkdir(parents=True)
+        (leftover / "trainer_state.json").write_text("{}")
+        part(True, tmp_path / "out")
+    assert seen == [[], []]
+
+
 def test_gpu_carry_keeps_what_the_machine_lacks_and_drops_what_a_dense_model_never_loads():
     import gpu_carry
 
