@@ -219,6 +219,32 @@ def test_a_cell_recorded_by_another_study_is_copied_not_trained_again(tmp_path):
     assert real_study.share_record([first, second], second, second.arm("fixed"), 0) is None  # other settings
 
 
+def test_a_record_evaluated_at_another_size_than_the_study_asks_is_never_mixed_into_its_tables(tmp_path, monkeypatch):
+    """The study file's eval_per_tier raised after cells were recorded: their records (16 problems per tier) would
+    be averaged with the new ones under a caption that says 32. Reading one is an error; the queue evaluates such a
+    cell again, and another study's record of the same cell evaluated at another size is not copied."""
+    import yaml
+
+    small = real_study.load_study(helpers.write_study(tmp_path / "small"))
+    helpers.fake_study_record(small, small.arm("grpo"), 0, 0.6, 0.07, unmarked=0)
+    assert real_study.read_record(small, small.arm("grpo"), 0)["passk"]["num_samples"] == 16
+    spec = yaml.safe_load((tmp_path / "small" / "study.yaml").read_text())
+    (tmp_path / "small" / "study.yaml").write_text(yaml.safe_dump({**spec, "eval_per_tier": 32}))
+    larger = real_study.load_study(tmp_path / "small" / "study.yaml")
+    with pytest.raises(ValueError, match="16 problems per tier x 16 samples, while the study asks for 32 x 16"):
+        real_study.read_record(larger, larger.arm("grpo"), 0)
+    with pytest.raises(ValueError, match="32 x 16"):
+        real_study.tables(larger)
+    other = real_study.load_study(helpers.write_study(tmp_path / "other", eval_per_tier=32))
+    assert real_study.share_record([larger, other], other, other.arm("grpo"), 0) is None
+    queued = []
+    monkeypatch.setattr(real_study.queue, "_run_cell", lambda st, arm, seed, *a: queued.append((arm.name, seed)))
+    real_study.run_queue([larger], tmp_path / "o", seeds=[0], arms=["grpo"])
+    assert queued == [("grpo", 0)]  # evaluated again
+    real_study.run_queue([small], tmp_path / "o", seeds=[0], arms=["grpo"])
+    assert queued == [("grpo", 0)]  # at the study's own size: recorded, nothing to do
+
+
 def test_the_evaluation_samples_in_the_format_and_budget_the_cells_trained_with(tmp_path):
     study = _study(tmp_path)
     plain = real_study.eval_arguments(study, study.arm("aer"), ["m"], tmp_path)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...io import atomic_write, try_lock
 from .cells import held_out, train_cell
-from .records import export_record, read_record, share_record
+from .records import evaluation_mismatch, export_record, read_record, share_record
 from .spec import Arm, Study, cell_dir, record_dir
 
 
@@ -65,7 +65,11 @@ def run_queue(
             for arm in study.arms:
                 # a record another study holds is copied whatever `arms` says (copying trains nothing: a queue
                 # for the rivals alone still gets the shared reference's cells, and so its paired tables)
-                if read_record(study, arm, seed) is not None or share_record(studies, study, arm, seed):
+                record = read_record(study, arm, seed, check_evaluation=False)
+                mismatch = record is not None and evaluation_mismatch(study, record["passk"])
+                if mismatch:  # evaluated again (its cell trained again where its model is not in output_dir)
+                    print(f"{study.title} / {arm.name} seed {seed}: the record was {mismatch}", flush=True)
+                elif record is not None or share_record(studies, study, arm, seed):
                     continue
                 if arms is not None and arm.name not in arms:
                     continue
@@ -87,7 +91,8 @@ def _run_cell(
     study: Study, arm: Arm, seed: int, output_dir, evaluate_models: bool, base_done: dict, claim: Claim | None = None
 ) -> None:
     """Train, evaluate and record one claimed cell (the untrained model's evaluation first, once per study)."""
-    if evaluate_models and not (study.records / "base_passk.json").is_file():
+    base = study.records / "base_passk.json"
+    if evaluate_models and (not base.is_file() or evaluation_mismatch(study, json.loads(base.read_text()))):
         if study.records not in base_done:
             from ...gguf import convert_gguf
 

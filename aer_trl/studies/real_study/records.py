@@ -31,9 +31,25 @@ def export_record(study: Study, arm: Arm, seed: int, folder: Path, passk: dict) 
     return out
 
 
-def read_record(study: Study, arm: Arm, seed: int) -> dict | None:
+def evaluation_mismatch(study: Study, passk: dict) -> str | None:
+    """How a held-out evaluation (a record's `passk.json`, or the untrained model's) differs in size from the one the
+    study asks for (`eval_per_tier` problems per tier, `eval_samples` samples each); None when it does not. The
+    study's tables must not mix pass@k over different problem sets or sample counts."""
+    per_tier = sorted({g.get("num_problems") for g in (passk.get("per_group") or {}).values()} - {None})
+    if passk.get("num_samples") == study.eval_samples and per_tier in ([], [study.eval_per_tier]):
+        return None
+    shown = "/".join(map(str, per_tier)) or "?"
+    return (
+        f"evaluated on {shown} problems per tier x {passk.get('num_samples')} samples, while the study asks for "
+        f"{study.eval_per_tier} x {study.eval_samples}"
+    )
+
+
+def read_record(study: Study, arm: Arm, seed: int, check_evaluation: bool = True) -> dict | None:
     """A cell's record, or None when there is none. A record made with other settings is an error: a changed study
-    must name a new arm (or the old record be deleted), never mix two settings under one name."""
+    must name a new arm (or the old record be deleted), never mix two settings under one name. So is (unless
+    `check_evaluation` is off) a record evaluated at another size than the study's `eval_per_tier` / `eval_samples`:
+    the queue evaluates such a cell again."""
     out = record_dir(study, arm, seed)
     if not (out / "run.json").is_file():
         return None
@@ -47,11 +63,14 @@ def read_record(study: Study, arm: Arm, seed: int) -> dict | None:
     missing = [n for n in RECORD_FILES if not (out / n).is_file()]
     if missing:
         raise FileNotFoundError(f"{out}: the record lacks {missing}")
-    return {
-        "run": run,
-        "metrics": read_metrics(out / "metrics.jsonl"),
-        "passk": json.loads((out / "passk.json").read_text()),
-    }
+    passk = json.loads((out / "passk.json").read_text())
+    mismatch = evaluation_mismatch(study, passk)
+    if check_evaluation and mismatch:
+        raise ValueError(
+            f"{out}: the record was {mismatch}; the tables would mix the two. Run the study's queue to evaluate the "
+            "cell again at the study's size, or restore the study's eval_per_tier / eval_samples"
+        )
+    return {"run": run, "metrics": read_metrics(out / "metrics.jsonl"), "passk": passk}
 
 
 def share_record(studies: list[Study], study: Study, arm: Arm, seed: int) -> Path | None:
@@ -65,6 +84,8 @@ def share_record(studies: list[Study], study: Study, arm: Arm, seed: int) -> Pat
                 continue
             if settings_hash(other.merged(candidate)) != wanted:
                 continue
+            if evaluation_mismatch(study, json.loads((source / "passk.json").read_text())):
+                continue  # the same trained cell, evaluated at another size: this study evaluates it at its own
             out = record_dir(study, arm, seed)
             out.mkdir(parents=True, exist_ok=True)
             for name in (n for n in RECORD_FILES if n != "run.json"):

@@ -12,7 +12,7 @@ from ...analysis import tokens_table
 from ...io import atomic_write
 from ...stats import interval
 from .figures import plot
-from .records import no_answer_share, read_record
+from .records import evaluation_mismatch, no_answer_share, read_record
 from .spec import KS, TIER_NAMES, Arm, Study
 
 
@@ -211,6 +211,8 @@ def tables(study: Study) -> dict:
         return {}
     base_path = study.records / "base_passk.json"
     base = json.loads(base_path.read_text()) if base_path.is_file() else None
+    if base is not None and (mismatch := evaluation_mismatch(study, base)):
+        raise ValueError(f"{base_path}: the untrained model was {mismatch}; run the study's queue to evaluate it anew")
     for path in sorted(study.records.glob("tokens_seed*.json")):  # studies.tokens' records: which tokens carry H
         order = ["untrained", *(arm.name for arm in study.arms)]  # the study's order (the JSON's keys are sorted)
         atomic_write(study.records / f"{path.stem}.md", tokens_table(json.loads(path.read_text()), order))
