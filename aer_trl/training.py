@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from .callback import AERCallback
-from .config import AERConfig, shaping_settings
+from .config import AERConfig, describe_changes, shaping_settings
 from .config_checks import renamed_keys_message
 from .engine import engine_sampler
 from .evaluation import PassAtKCallback
@@ -232,6 +232,8 @@ def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=
         resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
         if resume is None:
             check_fresh_start(training_args.output_dir)
+        else:
+            check_resume_adapter(resume, model_args)
         return _train(script_args, training_args, model_args, resume)
     finally:
         if lock is not None:
@@ -252,6 +254,44 @@ def check_fresh_start(output_dir: str) -> None:
             f"output_dir {output_dir} holds an earlier run's checkpoints ({names}) and this run starts from step 0: "
             "resume it (resume_from_checkpoint: latest, or auto in a job that may be a first start), or choose "
             "another output_dir, or delete them"
+        )
+
+
+# what a LoRA adapter's weights compute with (saved adapter_config.json key -> ModelConfig field)
+ADAPTER_FIELDS = {"r": "lora_r", "lora_alpha": "lora_alpha", "use_rslora": "use_rslora", "use_dora": "use_dora"}
+
+
+def check_resume_adapter(checkpoint: str, model_args) -> None:
+    """A checkpoint resumes as what it was trained as. A LoRA checkpoint resumed without `use_peft`, or a full one
+    with it, failed deep in transformers (a missing weights index, a mismatched optimizer group); a LoRA one resumed
+    with another `lora_alpha` or `use_rslora` loaded its weights under another scaling and trained on, silently
+    (measured: lora_alpha 32 -> 64 made the adapter's scaling 4.0 where it was trained at 2.0). Each is refused here,
+    naming what differs; `lora_dropout` and the other training settings may change (named by the resume warning)."""
+    from trl import get_peft_config
+
+    saved_path = Path(checkpoint) / "adapter_config.json"
+    use_peft = bool(getattr(model_args, "use_peft", False))
+    if saved_path.is_file() and not use_peft:
+        raise ValueError(
+            f"resume_from_checkpoint: {checkpoint} holds a LoRA adapter (adapter_config.json) and this run trains the "
+            "full model: resume with use_peft: true and the checkpoint's LoRA settings, or start a new run"
+        )
+    if use_peft and not saved_path.is_file():
+        raise ValueError(
+            f"resume_from_checkpoint: {checkpoint} holds a full model and this run trains a LoRA adapter (use_peft: "
+            "true): resume without use_peft, or start a new run from the checkpoint's weights"
+        )
+    if not use_peft:
+        return
+    saved, current = json.loads(saved_path.read_text()), get_peft_config(model_args).to_dict()
+    changed = {
+        field: (saved.get(k), current.get(k)) for k, field in ADAPTER_FIELDS.items() if saved.get(k) != current.get(k)
+    }
+    if changed:
+        raise ValueError(
+            f"resume_from_checkpoint: {checkpoint}'s LoRA adapter was trained with other settings "
+            f"({describe_changes(changed)}): its weights would compute another function than the one trained. Resume "
+            "with the checkpoint's settings, or start a new run"
         )
 
 

@@ -58,6 +58,30 @@ def test_a_fresh_run_into_a_folder_with_an_earlier_runs_checkpoints_is_refused(t
     assert trainer.state.global_step == 3
 
 
+def test_a_lora_checkpoint_resumes_only_as_the_adapter_it_was_trained_as(tmp_path):
+    """Resumed with another lora_alpha, the adapter's weights loaded under another scaling and trained on, silently;
+    with use_peft toggled, transformers failed deep inside. Each is refused up front by name; the same settings
+    resume."""
+    sys.path.insert(0, str(ROOT / "recipes"))
+    import train  # recipes/train.py
+
+    lora = ["--use_peft", "true", "--lora_target_modules", "all-linear"]
+    train.main(lab_argv(tmp_path, "--max_steps", "1", *lora))
+    resume = ["--max_steps", "2", "--resume_from_checkpoint", "latest"]
+    with pytest.raises(ValueError, match="trained with other settings \\(lora_alpha 32 -> 64\\)"):
+        train.main(lab_argv(tmp_path, *resume, *lora, "--lora_alpha", "64"))
+    with pytest.raises(ValueError, match="use_rslora False -> True"):
+        train.main(lab_argv(tmp_path, *resume, *lora, "--use_rslora", "true"))
+    with pytest.raises(ValueError, match="holds a LoRA adapter .* this run trains the full model"):
+        train.main(lab_argv(tmp_path, *resume))
+    trainer = train.main(lab_argv(tmp_path, *resume, *lora, "--lora_dropout", "0.1"))
+    assert trainer.state.global_step == 2
+    full = tmp_path / "full"
+    train.main(lab_argv(full, "--max_steps", "1"))
+    with pytest.raises(ValueError, match="holds a full model and this run trains a LoRA adapter"):
+        train.main(lab_argv(full, *resume, *lora))
+
+
 def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anything(tmp_path):
     """Two runs in one folder overwrite each other's checkpoints and interleave metrics.jsonl: while a run holds
     `output_dir`, another is refused by name; a killed run leaves no stale lock."""
