@@ -353,9 +353,11 @@ def _train(script_args: AERScriptArguments, training_args: AERConfig, model_args
     )
     if callbacks:
         callbacks[0].sampler_factory = validation_sampler(script_args, training_args, trainer)
-    for cb in trainer.callback_handler.callbacks:  # a resume on other data, prompts or rewards says so
+    for cb in trainer.callback_handler.callbacks:  # a resume on another model, LoRA, data, prompts or rewards says so
         if isinstance(cb, AERCallback) and cb.settings is not None:
-            cb.settings.update(shaping_settings({**asdict(script_args), "train_rows": len(dataset)}))
+            cb.settings.update(
+                shaping_settings({**asdict(model_args), **asdict(script_args), "train_rows": len(dataset)})
+            )
     trainer.accelerator.print(f"Training data: {data_description}")
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(training_args.output_dir)

@@ -58,7 +58,7 @@ def test_a_fresh_run_into_a_folder_with_an_earlier_runs_checkpoints_is_refused(t
     assert trainer.state.global_step == 3
 
 
-def test_a_lora_checkpoint_resumes_only_as_the_adapter_it_was_trained_as(tmp_path):
+def test_a_lora_checkpoint_resumes_only_as_the_adapter_it_was_trained_as(tmp_path, caplog):
     """Resumed with another lora_alpha, the adapter's weights loaded under another scaling and trained on, silently;
     with use_peft toggled, transformers failed deep inside. Each is refused up front by name; the same settings
     resume."""
@@ -74,8 +74,9 @@ def test_a_lora_checkpoint_resumes_only_as_the_adapter_it_was_trained_as(tmp_pat
         train.main(lab_argv(tmp_path, *resume, *lora, "--use_rslora", "true"))
     with pytest.raises(ValueError, match="holds a LoRA adapter .* this run trains the full model"):
         train.main(lab_argv(tmp_path, *resume))
-    trainer = train.main(lab_argv(tmp_path, *resume, *lora, "--lora_dropout", "0.1"))
-    assert trainer.state.global_step == 2
+    with caplog.at_level("WARNING", logger="aer_trl.resume"):
+        trainer = train.main(lab_argv(tmp_path, *resume, *lora, "--lora_dropout", "0.1"))
+    assert trainer.state.global_step == 2 and "lora_dropout 0.05 -> 0.1" in caplog.text  # allowed, and named
     full = tmp_path / "full"
     train.main(lab_argv(full, "--max_steps", "1"))
     with pytest.raises(ValueError, match="holds a full model and this run trains a LoRA adapter"):
