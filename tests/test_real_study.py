@@ -135,13 +135,9 @@ def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_t
     creation and its write, a reused id) does not matter, and a killed holder's claim is free at once."""
     study = real_study.load_study(helpers.write_study(tmp_path / "s"))
     arm = study.arm("grpo")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(tmp_path / "s" / "study.yaml"), str(tmp_path / "held")],
-        cwd=ROOT,
-    )
-    try:
-        _wait_for(tmp_path / "held", holder)
-        claim = real_study.record_dir(study, arm, 0) / ".claim"
+    claim = real_study.record_dir(study, arm, 0) / ".claim"
+    claim.parent.mkdir(parents=True)
+    with helpers.lock_held_elsewhere(claim):  # another queue's claim of the cell
         for text in ("", "garbage", "1", f"{os.getpid()}"):  # what a reader may find in the file of a live claim
             claim.write_text(text)
             assert real_study.claim_cell(study, arm, 0) is None
@@ -149,24 +145,8 @@ def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_t
         assert mine is not None and real_study.claim_cell(study, arm, 1) is None  # and now held, also against us
         mine.release()
         assert real_study.claim_cell(study, arm, 1) is not None
-    finally:
-        holder.kill()
-        holder.wait()
     taken = real_study.claim_cell(study, arm, 0)  # its holder was killed: free
     assert taken is not None and taken.path.read_text() == f"{os.getpid()}\n"
-
-
-HOLD = """
-import sys, time
-from pathlib import Path
-from aer_trl.studies.real_study.queue import claim_cell
-from aer_trl.studies.real_study.spec import load_study
-
-study = load_study(sys.argv[1])
-assert claim_cell(study, study.arm("grpo"), 0) is not None
-Path(sys.argv[2]).touch()
-time.sleep(120)
-"""
 
 
 def test_a_queue_killed_alone_leaves_its_cell_to_the_training_it_started(tmp_path):
