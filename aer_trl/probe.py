@@ -39,8 +39,8 @@ class AnchorProbeMixin:
                 prompt_mask = padded([[1] * len(p) for p in prompt_ids], 0, "left")
                 mask = padded([[1] * len(c) for c in completion_ids], 0, "right")
                 if self.mask_truncated_completions:  # as TRL masks a rollout batch's (entropy measured as trained)
-                    ends = [*self.eos_token_ids, pad_id]
-                    mask = mask * torch.tensor([[int(c[-1] in ends)] for c in completion_ids], device=device)
+                    kept = [[int(not cut)] for cut in self._cut_off(completion_ids)]
+                    mask = mask * torch.tensor(kept, device=device)
                 completion_ids = padded(completion_ids, pad_id, "right")
                 input_ids = torch.cat([padded(prompt_ids, pad_id, "left"), completion_ids], dim=1)
                 attention = torch.cat([prompt_mask, mask], dim=1)

@@ -10,6 +10,10 @@ What counts as the final answer (the policy; docs/design.md says why):
 - "answer": the rest of the last line that starts with `Answer:` (or `Final answer:`); "gsm8k": the rest of the last
   line starting with `####` (after the marker, blank lines are skipped). Without that line: not credited; a last marker
   with nothing after it (a completion cut off there) is not skipped over either: not credited, counted as unparsed.
+  A completion cut off by the length limit (`completion_truncated`, which `AERGRPOTrainer` gives every reward function)
+  whose last marker line runs to its end is not credited either (counted as unparsed): the cut may fall inside the
+  answer (`#### 1` of `#### 12`), unless that answer is a complete `\\boxed{}`. A boxed answer needs its closing
+  brace, so a cut one is never read.
   Markdown around the marker or the answer (`**Answer:** 18`, `- **Answer**: 18`, `Answer: **18**`, code ticks), a
   final full stop, dollar signs and `\\[...\\]` / `\\(...\\)` around the answer are taken off. Finding the marker is
   linear in the completion's length, whatever the model writes.
@@ -171,8 +175,10 @@ def infer_answer_format(prompt) -> str:
     return "boxed"
 
 
-def extract_answer(text: str, answer_format: str = "boxed") -> str | None:
-    """The final answer of a completion under `answer_format`, normalised; None when the completion has none."""
+def extract_answer(text: str, answer_format: str = "boxed", cut: bool = False) -> str | None:
+    """The final answer of a completion under `answer_format`, normalised; None when the completion has none. `cut`:
+    the completion was cut off by the length limit, so a marker line that runs to its end gives "" (no answer) unless
+    its answer is a complete `\\boxed{}`."""
     if answer_format not in ANSWER_FORMATS:
         raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
     text = normalize_text(text)
@@ -181,13 +187,16 @@ def extract_answer(text: str, answer_format: str = "boxed") -> str | None:
         if answer is not None:  # `\\boxed{18.}`: a full stop inside the box, read by math-verify as no number
             answer = _FULL_STOP.sub("", answer.strip())
     else:
-        matches = (_GSM8K_MARK if answer_format == "gsm8k" else _ANSWER_MARK).findall(text)
-        answer = matches[-1].rstrip() if matches else None
+        matches = list((_GSM8K_MARK if answer_format == "gsm8k" else _ANSWER_MARK).finditer(text))
+        last = matches[-1] if matches else None
+        answer = last.group(1).rstrip() if last else None
         if answer is not None and answer_format == "gsm8k":
             answer = answer.replace(",", "")
         if answer is not None:
             answer = _unwrap(answer)
             inner = _last_boxed(answer)
+            if inner is None and cut and last.end() == len(text):  # the cut may fall inside the answer
+                answer = ""
             answer = answer if inner is None else inner
     if answer is None:
         return None
@@ -222,6 +231,7 @@ def math_accuracy_reward(
     answer_format=None,
     credit_unmarked: bool = False,
     log_metric=None,
+    completion_truncated=None,
     **kwargs,
 ) -> list[float | None]:
     """TRL reward function: 1.0 when math-verify finds the completion's final answer equal to the gold one.
@@ -233,8 +243,12 @@ def math_accuracy_reward(
     `UNMARKED_TAIL_CHARS` characters of a completion without the marker. Never raises on model output and never takes
     more than the verifier's hard limit (5 s) per completion, on any thread. With TRL's `log_metric` (training), the
     shares of timeouts, unparsed answers and missing markers are logged as `rewards/math_accuracy/<count>`.
+    `completion_truncated` (one bool per completion; `AERGRPOTrainer` passes it): which completions the length limit
+    cut off, whose marker answer at the very end is then not credited (the module docstring says why).
     """
-    rewards, counts = judge_completions(completions, answer, solution, prompts, answer_format, credit_unmarked)
+    rewards, counts = judge_completions(
+        completions, answer, solution, prompts, answer_format, credit_unmarked, completion_truncated
+    )
     if log_metric is not None and counts["judged"]:
         for key in STAT_KEYS:
             log_metric(f"rewards/math_accuracy/{key}", counts.get(key, 0) / counts["judged"])
@@ -242,7 +256,13 @@ def math_accuracy_reward(
 
 
 def judge_completions(
-    completions, answer=None, solution=None, prompts=None, answer_format=None, credit_unmarked: bool = False
+    completions,
+    answer=None,
+    solution=None,
+    prompts=None,
+    answer_format=None,
+    credit_unmarked: bool = False,
+    truncated=None,
 ) -> tuple[list[float | None], Counter]:
     """`math_accuracy_reward`'s verdicts and its counts: judged, no_gold, timeouts, unparsed, unmarked."""
     golds = answer if answer is not None else solution
@@ -255,6 +275,7 @@ def judge_completions(
     formats = _per_item(answer_format, n)
     prompt_list = _per_item(prompts, n)
     credit = _per_item(credit_unmarked, n)
+    cut = _per_item(truncated, n)
 
     rewards: list[float | None] = [0.0] * n
     requests, slots = [], []
@@ -267,7 +288,7 @@ def judge_completions(
             continue
         fmt = formats[i] or infer_answer_format(prompt_list[i])
         text = completion_text(completion)
-        extracted = extract_answer(text, fmt)
+        extracted = extract_answer(text, fmt, cut=bool(cut[i]))
         if extracted is None:
             if not credit[i]:
                 counts["unmarked"] += 1

@@ -137,7 +137,15 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
         return self.aer_callback.alpha
 
     # ------------------------------------------------------------------------------------------------ rollout
+    def _cut_off(self, completion_ids_list) -> list[bool]:
+        """Which completions the length limit cut off: they end in neither EOS nor padding (TRL's own test)."""
+        ends = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        return [not ids or ids[-1] not in ends for ids in completion_ids_list]
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # every reward function gets `completion_truncated`: an answer at the end of a cut completion may be cut too
+        cut = self._cut_off(completion_ids_list)
+        inputs = [{**example, "completion_truncated": c} for example, c in zip(inputs, cut, strict=True)]
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._aer_gathered_rewards = rewards_per_func  # (N_global, n_funcs), gathered over processes, NaN=None
         return rewards_per_func

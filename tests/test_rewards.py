@@ -147,6 +147,27 @@ def test_marker_lines_the_last_marker_wins_even_cut_off(fmt, marker):
         assert verdicts == [0.0] and counts["unparsed"] == 1
 
 
+@pytest.mark.parametrize("fmt, marker", [("answer", "Answer:"), ("gsm8k", "####")])
+def test_a_marker_answer_that_a_cut_completion_ends_on_is_not_credited(fmt, marker):
+    """`#### 12` cut by the length limit after `#### 1`: the gold 1 must not be credited. Only the last line of a cut
+    completion is in doubt: a line ended by a newline, an uncut completion and a closed box are read as before."""
+    assert extract_answer(f"so\n{marker} 1", fmt) == "1"
+    assert extract_answer(f"so\n{marker} 1", fmt, cut=True) == ""
+    assert extract_answer(f"so\n{marker} 1\n", fmt, cut=True) == "1"
+    assert extract_answer(f"so\n{marker} 1\nand then some", fmt, cut=True) == "1"
+    assert extract_answer(f"so\n{marker} \\boxed{{1}}", fmt, cut=True) == "1"
+    assert extract_answer("so \\boxed{1}", "boxed", cut=True) == "1"  # a box needs its closing brace anyway
+    text = f"so\n{marker} 1"
+    verdicts, counts = judge_completions(
+        [text, text], answer=["1", "1"], answer_format=[fmt] * 2, truncated=[True, False]
+    )
+    assert verdicts == [0.0, 1.0] and counts["unparsed"] == 1
+    kwargs = dict(answer=["1"], answer_format=fmt)
+    assert math_accuracy_reward([text], completion_truncated=[True], **kwargs) == [0.0]
+    assert math_accuracy_reward([text], completion_truncated=[False], **kwargs) == [1.0]
+    assert math_accuracy_reward([text], **kwargs) == [1.0]  # without the column (trl.GRPOTrainer): as before
+
+
 def test_credit_unmarked_is_an_explicit_option():
     assert math_accuracy_reward(["so it is 18"], answer=["18"]) == [0.0]
     assert math_accuracy_reward(["so it is 18"], answer=["18"], credit_unmarked=True) == [1.0]

@@ -300,6 +300,20 @@ def test_nan_rewards_are_left_out_of_group_accuracy(tmp_path, tokenizer):
     assert log["aer/lambda_mean"] == 0.0 and log["aer/hard_fraction"] == 0.0
 
 
+def test_reward_functions_are_told_which_completions_the_length_limit_cut(tmp_path, tokenizer):
+    """`completion_truncated` follows TRL's own test (the last token is neither EOS nor padding), per completion."""
+    seen = []
+
+    def recording(completions, completion_ids, completion_truncated, **kwargs):
+        seen.extend(zip(completion_ids, completion_truncated, strict=True))
+        return [0.0] * len(completions)
+
+    trainer = train_aer(tmp_path, tokenizer, [recording], max_steps=2, max_completion_length=4)
+    ends = {*trainer.eos_token_ids, tokenizer.pad_token_id}
+    assert seen and all(cut == (ids[-1] not in ends) for ids, cut in seen)
+    assert any(cut for _, cut in seen)  # an untrained model rarely stops within 4 tokens
+
+
 # ----------------------------------------------------------------------------------------- resume
 @pytest.mark.parametrize("restore_flag", [False, True])
 def test_resume_continues_the_same_alpha_trajectory(tmp_path, tokenizer, restore_flag):
