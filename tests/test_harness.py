@@ -4,6 +4,11 @@ import errno
 import json
 import logging
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -367,6 +372,45 @@ def test_data_parallel_workers_give_the_same_result(tmp_path, model_and_bench):
         "generations.shard0.jsonl",
         "generations.shard1.jsonl",
     ]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("watch", [True, False])
+def test_a_data_parallel_worker_stops_when_its_parent_is_killed_alone(watch):
+    """`kill -9` of the evaluation alone: a worker that watches its parent stops within seconds instead of sampling on
+    beside the evaluation started again. The worker that does not watch shows the test can fail."""
+    script = Path(__file__).parent / "scripts" / "orphaned_worker.py"
+    parent = subprocess.Popen([sys.executable, str(script), "watch" if watch else "plain"], stdout=subprocess.PIPE)
+    try:
+        worker = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 15
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _alive(worker) is (not watch)
+    finally:
+        parent.kill()
+        if "worker" in locals() and _alive(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def test_each_data_parallel_worker_watches_its_parent_before_it_samples(monkeypatch):
+    from aer_trl.evaluation import plan
+
+    calls = []
+    monkeypatch.setattr(plan, "exit_with_parent", lambda: calls.append("watch"))
+    monkeypatch.setattr(plan, "default_factory", lambda backend: backend)
+    monkeypatch.setattr(plan, "generate_missing", lambda *a: calls.append(a[2:]))
+    plan._shard_worker(None, [], "vllm", 1, 2)
+    assert calls == ["watch", ("vllm", 1, 2)]
 
 
 # ------------------------------------------------------------------------------------------- during training

@@ -10,8 +10,12 @@ samples), shards split by chunk, and a change of `max_problems` regenerates only
 
 from __future__ import annotations
 
+import _thread
 import logging
+import multiprocessing as mp
 import os
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,13 +185,31 @@ def generate_missing(args, plans: list[Plan], factory, shard: int = 0, num_shard
         bar.close()
 
 
+def exit_with_parent(grace_s: float = 30.0) -> None:
+    """In a spawned worker: stop when the parent process ends, however it ends. A parent killed on its own (`kill PID`,
+    an out-of-memory kill) otherwise leaves its workers sampling on the GPUs, beside the evaluation started again.
+    The main thread is interrupted first, so the worker unwinds and its vLLM engine shuts down; if it is still alive
+    `grace_s` later (stuck in native code), it exits there."""
+    parent = mp.parent_process()
+    if parent is None:
+        return
+
+    def watch():
+        parent.join()  # returns when the parent's end of the spawn sentinel closes: the parent has ended
+        logger.warning("the evaluation's parent process ended: this worker stops")
+        _thread.interrupt_main()
+        time.sleep(grace_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def _shard_worker(args, plans: list[Plan], backend: str, shard: int, num_shards: int) -> None:
+    exit_with_parent()
     generate_missing(args, plans, default_factory(backend), shard, num_shards)
 
 
 def run_workers(args, plans: list[Plan], backend: str, workers: int) -> None:
-    import multiprocessing as mp
-
     ctx = mp.get_context("spawn")
     procs, visible = [], os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
