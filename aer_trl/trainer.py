@@ -143,8 +143,12 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
         return [not ids or ids[-1] not in ends for ids in completion_ids_list]
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        # every reward function gets `completion_truncated`: an answer at the end of a cut completion may be cut too
-        cut = self._cut_off(completion_ids_list)
+        # every reward function gets `completion_truncated`: an answer at the end of a cut completion may be cut too.
+        # Cut by the length limit: all `max_completion_length` tokens used (a stop string also ends without EOS)
+        cut = [
+            c and len(ids) >= self.max_completion_length
+            for c, ids in zip(self._cut_off(completion_ids_list), completion_ids_list, strict=True)
+        ]
         inputs = [{**example, "completion_truncated": c} for example, c in zip(inputs, cut, strict=True)]
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._aer_gathered_rewards = rewards_per_func  # (N_global, n_funcs), gathered over processes, NaN=None

@@ -301,7 +301,8 @@ def test_nan_rewards_are_left_out_of_group_accuracy(tmp_path, tokenizer):
 
 
 def test_reward_functions_are_told_which_completions_the_length_limit_cut(tmp_path, tokenizer):
-    """`completion_truncated` follows TRL's own test (the last token is neither EOS nor padding), per completion."""
+    """`completion_truncated`, per completion: all `max_completion_length` tokens used and the last neither EOS nor
+    padding (TRL's own test of truncation; the length keeps a completion a stop string ended from counting)."""
     seen = []
 
     def recording(completions, completion_ids, completion_truncated, **kwargs):
@@ -310,7 +311,7 @@ def test_reward_functions_are_told_which_completions_the_length_limit_cut(tmp_pa
 
     trainer = train_aer(tmp_path, tokenizer, [recording], max_steps=2, max_completion_length=4)
     ends = {*trainer.eos_token_ids, tokenizer.pad_token_id}
-    assert seen and all(cut == (ids[-1] not in ends) for ids, cut in seen)
+    assert seen and all(cut == (ids[-1] not in ends and len(ids) == 4) for ids, cut in seen)
     assert any(cut for _, cut in seen)  # an untrained model rarely stops within 4 tokens
 
 

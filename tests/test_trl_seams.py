@@ -100,6 +100,7 @@ def test_the_private_members_we_read_exist_on_a_trainer(trainer):
     assert isinstance(trainer._step, int)
     assert trainer._tokenizer.pad_token_id is not None
     assert isinstance(trainer.eos_token_ids, list) and isinstance(trainer.mask_truncated_completions, bool)
+    assert trainer.max_completion_length == trainer.args.max_completion_length
     assert callable(trainer._dist.summon_full_params)
 
 
