@@ -3,8 +3,8 @@
 What counts as the final answer (the policy; docs/design.md says why):
 
 - The answer format is the one the prompt asks for: `answer_format` when given (an argument or a dataset column),
-  else read from the prompt (`\\boxed` → "boxed", `####` → "gsm8k", `Answer:` → "answer"), else "boxed" (every
-  loader of `aer_trl.data` asks for `\\boxed{}`).
+  else read from the prompt (`\\boxed` → "boxed", `####` → "gsm8k" unless it is a markdown heading such as
+  `#### Problem`, `Answer:` → "answer"), else "boxed" (every loader of `aer_trl.data` asks for `\\boxed{}`).
 - "boxed": the answer is the content of the **last** `\\boxed{...}` (or `\\fbox{...}`) with balanced braces. A
   completion without one, or whose last one is cut off before its closing brace, is not credited.
 - "answer": the rest of the last line that starts with `Answer:` (or `Final answer:`); "gsm8k": the rest of the last
@@ -92,6 +92,8 @@ _CHOICE = re.compile(
 # the completion's length (a lazy `(.+?)\s*$` is quadratic in a run of spaces a model can emit).
 _ANSWER_MARK = re.compile(r"(?im)^[ \t>*_#-]*(?:final\s+)?answer[*_]*+\s*[:：]\s*+([^\n]*)")  # `**Answer**:` too
 _GSM8K_MARK = re.compile(r"(?m)####\s*+([^\n]*)")
+# `####` alone (not in `#####`), and what stands before it on its line and the first thing after it
+_HASHES = re.compile(r"(?m)^([ \t]*+)(?<!#)####(?!#)[ \t]*+([A-Za-z]?)|(?<!#)####(?!#)")
 _EMPHASIS = " \t*_`"  # markdown emphasis and code ticks around a marker line's answer
 
 STAT_KEYS = ("timeouts", "unparsed", "unmarked")
@@ -165,11 +167,13 @@ def _strip_choice(answer: str) -> str:
 
 
 def infer_answer_format(prompt) -> str:
+    """The answer format a prompt asks for; a markdown heading (`#### Problem` on a line of its own) is not GSM8K's
+    marker, while `#### 72` (a solved example), `'#### <number>'` and an inline `####` are."""
     text = completion_text(prompt) if prompt is not None else ""
     if "\\boxed" in text:
         return "boxed"
-    if "####" in text:
-        return "gsm8k"
+    if any(not (m.group(1) is not None and m.group(2)) for m in _HASHES.finditer(text)):
+        return "gsm8k"  # a `####` that is not a heading (at a line's start, followed by a word)
     if re.search(r"(?i)answer\s*:", text):
         return "answer"
     return "boxed"

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from aer_trl.rewards import extract_answer, judge_completions, math_accuracy_reward
+from aer_trl.rewards import extract_answer, infer_answer_format, judge_completions, math_accuracy_reward
 from aer_trl.verifier import join_digit_groups
 
 CASES = [
@@ -114,6 +114,21 @@ def test_answer_line_and_gsm8k_formats_follow_the_prompt():
     # an explicit answer_format (argument or dataset column) wins over the prompt
     assert math_accuracy_reward(["Answer: 42"], answer=["42"], answer_format=["answer"]) == [1.0]
     assert math_accuracy_reward(["Answer: 42"], answer=["42"]) == [0.0]  # default: \boxed{} is asked for
+
+
+@pytest.mark.parametrize(
+    ("prompt", "fmt"),
+    [
+        ("Solve it. End with '#### <number>'.", "gsm8k"),
+        ("Q: 3+4?\nA: 3+4=7\n#### 7\n\nQ: 2+2?", "gsm8k"),  # a solved example's marker line
+        ("#### Problem\nWhat is 2+3? End with a line 'Answer: N'.", "answer"),  # a markdown heading is not the marker
+        ("  #### Problem\nWhat is 2+3?", "boxed"),
+        ("##### Note\nAnswer: N", "answer"),
+        ("#### Problem\nEnd with '#### N'.", "gsm8k"),
+    ],
+)
+def test_a_markdown_heading_in_the_prompt_is_not_the_gsm8k_marker(prompt, fmt):
+    assert infer_answer_format(prompt) == fmt
 
 
 @pytest.mark.parametrize(
