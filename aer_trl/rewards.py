@@ -3,8 +3,9 @@
 What counts as the final answer (the policy; docs/design.md says why):
 
 - The answer format is the one the prompt asks for: `answer_format` when given (an argument or a dataset column),
-  else read from the prompt (`\\boxed` → "boxed", `####` → "gsm8k" unless it is a markdown heading such as
-  `#### Problem`, `Answer:` → "answer"), else "boxed" (every loader of `aer_trl.data` asks for `\\boxed{}`).
+  else read from the prompt (all of a conversation's messages; `\\boxed` → "boxed", `####` → "gsm8k" unless it is
+  a markdown heading such as `#### Problem`, `Answer:` → "answer"), else "boxed" (every loader of `aer_trl.data` asks
+  for `\\boxed{}`).
 - "boxed": the answer is the content of the **last** `\\boxed{...}` (or `\\fbox{...}`) with balanced braces. A
   completion without one, or whose last one is cut off before its closing brace, is not credited.
 - "answer": the rest of the last line that starts with `Answer:` (or `Final answer:`); "gsm8k": the rest of the last
@@ -166,10 +167,27 @@ def _strip_choice(answer: str) -> str:
     return rest if rest else (match.group(1) or match.group(2))
 
 
+def _message_text(prompt) -> str:
+    """A prompt's whole text: a plain string, or every message of a conversation (the instruction is in a user or
+    system turn, a solved example in an assistant turn), with the text parts of multimodal contents."""
+    if prompt is None:
+        return ""
+    if isinstance(prompt, str):
+        return prompt
+    messages = prompt if isinstance(prompt, list) else [prompt]
+    parts = []
+    for m in messages:
+        content = m.get("content", "") if isinstance(m, dict) else m
+        if isinstance(content, list):  # [{"type": "text", "text": ...}, {"type": "image"}, ...]
+            content = "\n".join(c.get("text", "") if isinstance(c, dict) else str(c) for c in content)
+        parts.append(content if isinstance(content, str) else str(content))
+    return "\n".join(parts)
+
+
 def infer_answer_format(prompt) -> str:
     """The answer format a prompt asks for; a markdown heading (`#### Problem` on a line of its own) is not GSM8K's
     marker, while `#### 72` (a solved example), `'#### <number>'` and an inline `####` are."""
-    text = completion_text(prompt) if prompt is not None else ""
+    text = _message_text(prompt)
     if "\\boxed" in text:
         return "boxed"
     if any(not (m.group(1) is not None and m.group(2)) for m in _HASHES.finditer(text)):

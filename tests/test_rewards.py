@@ -131,6 +131,23 @@ def test_a_markdown_heading_in_the_prompt_is_not_the_gsm8k_marker(prompt, fmt):
     assert infer_answer_format(prompt) == fmt
 
 
+def test_a_conversational_prompt_is_read_whole_for_the_format_it_asks_for():
+    """TRL's conversational prompts: the instruction is in the user (or system) turn. Only the assistant turns were
+    read, so an `Answer:` prompt was judged as boxed and every completion scored 0."""
+    asks = "Solve it. End with a line 'Answer: <number>'."
+    chats = [
+        [{"role": "system", "content": "You are a tutor."}, {"role": "user", "content": asks}],
+        [{"role": "system", "content": asks}, {"role": "user", "content": "2+40?"}],
+        [{"role": "user", "content": [{"type": "text", "text": asks}, {"type": "image"}]}],
+    ]
+    for chat in chats:
+        assert infer_answer_format(chat) == "answer"
+        assert math_accuracy_reward(["so\nAnswer: 42"], answer=["42"], prompts=[chat]) == [1.0]
+    shots = [{"role": "user", "content": "3+4?"}, {"role": "assistant", "content": "3+4=7\n#### 7"}]
+    assert infer_answer_format([*shots, {"role": "user", "content": "2+40?"}]) == "gsm8k"
+    assert infer_answer_format([{"role": "user", "content": "2+40?"}]) == "boxed"
+
+
 @pytest.mark.parametrize(
     "line",
     # what chat models write around the answer line: math-verify read the last five as no number
