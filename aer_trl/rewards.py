@@ -3,11 +3,14 @@
 What counts as the final answer (the policy; docs/design.md says why):
 
 - The answer format is the one the prompt asks for: `answer_format` when given (an argument or a dataset column),
-  else read from the prompt (all of a conversation's messages; `\\boxed` → "boxed", `####` → "gsm8k" unless it is
-  a markdown heading such as `#### Problem`, `Answer:` → "answer"), else "boxed" (every loader of `aer_trl.data` asks
+  else read from the prompt (all of a conversation's messages; `\\boxed` → "boxed", `<answer>` → "answer_tag",
+  `####` → "gsm8k" unless it is a markdown heading such as `#### Problem`, `Answer:` → "answer"), else "boxed" (every loader of `aer_trl.data` asks
   for `\\boxed{}`).
 - "boxed": the answer is the content of the **last** `\\boxed{...}` (or `\\fbox{...}`) with balanced braces. A
   completion without one, or whose last one is cut off before its closing brace, is not credited.
+- "answer_tag" (open-r1's and TRL's examples' `<think>...</think><answer>...</answer>`): the content of the **last**
+  `<answer>...</answer>` (any case), or the last `\\boxed{}` inside it; a last one cut off before its closing tag is
+  not credited.
 - "answer": the rest of the last line that starts with `Answer:` (or `Final answer:`); "gsm8k": the rest of the last
   line starting with `####` (after the marker, blank lines are skipped). Without that line: not credited; a last marker
   with nothing after it (a completion cut off there) is not skipped over either: not credited, counted as unparsed.
@@ -54,7 +57,7 @@ __all__ = [
     "normalize_text",
 ]
 
-ANSWER_FORMATS = ("boxed", "answer", "gsm8k")
+ANSWER_FORMATS = ("boxed", "answer", "gsm8k", "answer_tag")
 # The answer checker's version, stored with every verdict the evaluation store keeps: verdicts of another version are
 # judged again when scored. Raise it with any change that can turn a verdict (2: digit groups and `~`,
 # `\\boxed{18.}`, markdown around answer lines).
@@ -95,6 +98,7 @@ _ANSWER_MARK = re.compile(r"(?im)^[ \t>*_#-]*(?:final\s+)?answer[*_]*+\s*[:：]\
 _GSM8K_MARK = re.compile(r"(?m)####\s*+([^\n]*)")
 # `####` alone (not in `#####`), and what stands before it on its line and the first thing after it
 _HASHES = re.compile(r"(?m)^([ \t]*+)(?<!#)####(?!#)[ \t]*+([A-Za-z]?)|(?<!#)####(?!#)")
+_TAG_OPEN, _TAG_CLOSE = re.compile(r"(?i)<answer>"), re.compile(r"(?i)</answer>")  # open-r1's `<answer>...</answer>`
 _EMPHASIS = " \t*_`"  # markdown emphasis and code ticks around a marker line's answer
 
 STAT_KEYS = ("timeouts", "unparsed", "unmarked")
@@ -147,6 +151,13 @@ def _last_boxed(text: str) -> str | None:
     return None
 
 
+def _last_tagged(text: str) -> str | None:
+    """Content of the last `<answer>...</answer>`; None when there is none or it is cut off before its closing tag."""
+    opened = list(_TAG_OPEN.finditer(text))
+    closed = _TAG_CLOSE.search(text, opened[-1].end()) if opened else None
+    return None if closed is None else text[opened[-1].end() : closed.start()]
+
+
 def _unwrap(answer: str) -> str:
     """A marker line's answer without what a chat model writes around it: markdown emphasis or code ticks (`**18**`,
     `` `18` ``), a final full stop, dollar signs, or display-math delimiters (`\\[18\\]`, `\\(18\\)`); math-verify read
@@ -190,6 +201,8 @@ def infer_answer_format(prompt) -> str:
     text = _message_text(prompt)
     if "\\boxed" in text:
         return "boxed"
+    if _TAG_OPEN.search(text):
+        return "answer_tag"
     if any(not (m.group(1) is not None and m.group(2)) for m in _HASHES.finditer(text)):
         return "gsm8k"  # a `####` that is not a heading (at a line's start, followed by a word)
     if re.search(r"(?i)answer\s*:", text):
@@ -208,6 +221,12 @@ def extract_answer(text: str, answer_format: str = "boxed", cut: bool = False) -
         answer = _last_boxed(text)
         if answer is not None:  # `\\boxed{18.}`: a full stop inside the box, read by math-verify as no number
             answer = _FULL_STOP.sub("", answer.strip())
+    elif answer_format == "answer_tag":
+        answer = _last_tagged(text)
+        if answer is not None:
+            answer = _unwrap(answer)
+            inner = _last_boxed(answer)
+            answer = answer if inner is None else inner
     else:
         matches = list((_GSM8K_MARK if answer_format == "gsm8k" else _ANSWER_MARK).finditer(text))
         last = matches[-1] if matches else None

@@ -200,6 +200,33 @@ def test_a_marker_answer_that_a_cut_completion_ends_on_is_not_credited(fmt, mark
     assert math_accuracy_reward([text], **kwargs) == [1.0]  # without the column (trl.GRPOTrainer): as before
 
 
+OPEN_R1_SYSTEM = (
+    "The assistant first thinks about the reasoning process in the mind and then provides the user with the answer. "
+    "The reasoning process and answer are enclosed within <think> </think> and <answer> </answer> tags, respectively"
+)
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("<think>40+2=42</think><answer>42</answer>", 1.0),
+        ("<think>40+2</think><answer> The answer is 42 </answer>", 1.0),
+        ("<answer>\\boxed{42}</answer>", 1.0),
+        ("<ANSWER>$42$</ANSWER>", 1.0),
+        ("<answer>42</answer> wait <answer>41</answer>", 0.0),  # the last one counts
+        ("<answer>41</answer> wait <answer>42", 0.0),  # a last one cut off before its closing tag is not skipped over
+        ("<think>so 42</think>", 0.0),  # no tags: not credited
+    ],
+)
+def test_answer_tags_as_open_r1_prompts_ask_for_them(completion, expected):
+    """open-r1 and TRL's GRPO examples ask for `<answer>...</answer>` in the system turn; such completions all scored
+    0 (the prompt was read as asking for `\\boxed{}`)."""
+    chat = [{"role": "system", "content": OPEN_R1_SYSTEM}, {"role": "user", "content": "What is 40+2?"}]
+    assert infer_answer_format(chat) == "answer_tag"
+    assert math_accuracy_reward([completion], answer=["42"], prompts=[chat]) == [expected]
+    assert math_accuracy_reward([completion], answer=["42"], answer_format=["answer_tag"]) == [expected]
+
+
 def test_credit_unmarked_is_an_explicit_option():
     assert math_accuracy_reward(["so it is 18"], answer=["18"]) == [0.0]
     assert math_accuracy_reward(["so it is 18"], answer=["18"], credit_unmarked=True) == [1.0]
@@ -292,6 +319,20 @@ def test_marker_formats_read_adversarial_outputs_in_linear_time(fmt):
     assert answers[2] == "5" if fmt == "answer" else answers[2].startswith("####")  # one marker, the rest its line
     if fmt == "answer":  # not a choice wrapper: left as written; no colon: no marker; the emphasis taken off
         assert answers[3:] == ["\\text{" + " " * 1_000_000 + "x", None, "5"]
+
+
+def test_answer_tags_read_adversarial_outputs_in_linear_time():
+    texts = [
+        "<answer>5" + " " * 1_000_000 + "x</answer>",
+        "<answer>" * 200_000 + "5</answer>",
+        "<answer>" + "</ANSWER" * 300_000,  # never closed
+        "<answer>" * 200_000,
+        "<answer" * 300_000,
+    ]
+    start = time.monotonic()
+    answers = [extract_answer(text, "answer_tag") for text in texts]
+    assert time.monotonic() - start < LIMIT
+    assert answers == ["5" + " " * 1_000_000 + "x", "5", None, None, None]
 
 
 def test_adversarial_outputs_return_in_time_on_a_worker_thread():
