@@ -4,8 +4,8 @@ What counts as the final answer (the policy; docs/design.md says why):
 
 - The answer format is the one the prompt asks for: `answer_format` when given (an argument or a dataset column),
   else read from the prompt (all of a conversation's messages; `\\boxed` → "boxed", `<answer>` → "answer_tag",
-  `####` → "gsm8k" unless it is a markdown heading such as `#### Problem`, `Answer:` → "answer"), else "boxed" (every loader of `aer_trl.data` asks
-  for `\\boxed{}`).
+  `####` → "gsm8k" unless it is a markdown heading such as `#### Problem`, `Answer:` → "answer"), else "boxed"
+  (every loader of `aer_trl.data` asks for `\\boxed{}`).
 - "boxed": the answer is the content of the **last** `\\boxed{...}` (or `\\fbox{...}`) with balanced braces. A
   completion without one, or whose last one is cut off before its closing brace, is not credited.
 - "answer_tag" (open-r1's and TRL's examples' `<think>...</think><answer>...</answer>`): the content of the **last**
