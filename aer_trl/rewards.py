@@ -60,8 +60,8 @@ __all__ = [
 ANSWER_FORMATS = ("boxed", "answer", "gsm8k", "answer_tag")
 # The answer checker's version, stored with every verdict the evaluation store keeps: verdicts of another version are
 # judged again when scored. Raise it with any change that can turn a verdict (2: digit groups and `~`,
-# `\\boxed{18.}`, markdown around answer lines).
-JUDGE_VERSION = 2
+# `\\boxed{18.}`, markdown around answer lines; 3: the evaluation reads the format its prompt asks for, answer tags).
+JUDGE_VERSION = 3
 MAX_ANSWER_CHARS = 1000
 UNMARKED_TAIL_CHARS = 2000
 

@@ -117,6 +117,34 @@ def test_real_model_interrupted_then_resumed_equals_uninterrupted(tmp_path, mode
     assert third.problems == 0  # re-scored from disk, nothing generated
 
 
+@pytest.mark.parametrize(
+    ("instruction", "written"),
+    [
+        ("End with a line 'Answer: <number>'.", "so\nAnswer: {}"),
+        ("Put the final answer in <answer></answer> tags.", "<answer>{}</answer>"),
+        (None, "so \\boxed{{{}}}"),  # the default instruction asks for \boxed{}
+    ],
+)
+def test_the_evaluation_judges_the_answer_format_its_prompt_asks_for(tmp_path, model_and_bench, instruction, written):
+    """`prompt_instruction` asking for another format: the evaluation (and the validation during training) judged every
+    completion as `\\boxed{}`, pass@k 0 however right the answers were."""
+    model, bench = model_and_bench
+    answers = {f"{i}?": str(i % 3) for i in range(10)}  # the bench's questions and golds
+
+    def right(model_name, args):
+        def run(texts, seed):
+            golds = [next(a for q, a in answers.items() if q in t) for t in texts]
+            return [[written.format(g)] * args.num_samples for g in golds]
+
+        return run
+
+    kw = {} if instruction is None else {"prompt_instruction": instruction}
+    metrics = evaluate(make_args(tmp_path / "eval", model, bench, **kw), generator_factory=right)
+    assert metrics[model][bench]["pass@1"] == 1.0
+    rescored = evaluate(make_args(tmp_path / "eval", model, bench, rescore=True, **kw), generator_factory=right)
+    assert rescored == metrics
+
+
 def test_verdicts_of_another_answer_checker_version_are_judged_again(tmp_path, model_and_bench, caplog):
     model, bench = model_and_bench
     out = tmp_path / "eval"

@@ -170,7 +170,7 @@ class PassAtKCallback(TrainerCallback, ExportableState):
                 samples = generator([p.text for p in chunk.problems], chunk.seed)
                 if index < len(chunks):
                     for problem, completions in zip(chunk.problems, samples):
-                        correct, _ = judge(completions, problem.answer)
+                        correct, _ = judge(completions, problem.answer, problem.text)
                         counts[problem.index] = (len(correct), sum(correct))
         finally:  # an engine sampler puts its engine back to sleep once, after the last chunk
             if hasattr(generator, "close"):

@@ -164,7 +164,7 @@ def generate_missing(args, plans: list[Plan], factory, shard: int = 0, num_shard
             for problem, completions in zip(chunk.problems, samples):
                 if (plan.fp, problem.hash, chunk.key) in done:
                     continue  # a resumed chunk: the same seed gives the same samples; only missing records go in
-                correct, stats = judge(completions, problem.answer)
+                correct, stats = judge(completions, problem.answer, problem.text)
                 records.append(
                     {
                         "fp": plan.fp,

@@ -14,9 +14,11 @@ from .store import load_store
 logger = logging.getLogger(__name__)
 
 
-def judge(completions: list[str], gold: str) -> tuple[list[bool], dict]:
-    """Verdicts of one problem's completions and the reward's counts (timeouts, unparsed, unmarked)."""
-    verdicts, stats = judge_completions(completions, answer=[gold] * len(completions))
+def judge(completions: list[str], gold: str, prompt: str) -> tuple[list[bool], dict]:
+    """Verdicts of one problem's completions and the reward's counts (timeouts, unparsed, unmarked), in the answer
+    format that `prompt` (the text the model saw) asks for, as in training."""
+    n = len(completions)
+    verdicts, stats = judge_completions(completions, answer=[gold] * n, prompts=[prompt] * n)
     return [v == 1.0 for v in verdicts], {k: stats.get(k, 0) for k in ("timeouts", "unparsed", "unmarked")}
 
 
@@ -54,7 +56,7 @@ def score(args, plans) -> dict:
             outdated = r.get("judge") != JUDGE_VERSION  # judged by another version of the answer checker
             if args.rescore or outdated:
                 outdated_problems += outdated and not args.rescore
-                r["correct"], r["reward_stats"] = judge(r["completions"], r["answer"])
+                r["correct"], r["reward_stats"] = judge(r["completions"], r["answer"], problem.text)
                 r["judge"] = JUDGE_VERSION
             stats.update(r.get("reward_stats", {}))
             counts.append((len(r["correct"]), sum(r["correct"])))
