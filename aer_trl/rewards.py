@@ -178,17 +178,19 @@ def _strip_choice(answer: str) -> str:
     return rest if rest else (match.group(1) or match.group(2))
 
 
-def _message_text(prompt) -> str:
-    """A prompt's whole text: a plain string, or every message of a conversation (the instruction is in a user or
-    system turn, a solved example in an assistant turn), with the text parts of multimodal contents."""
-    if prompt is None:
+def _message_text(value, roles: tuple[str, ...] | None = None) -> str:
+    """The text of a plain string, a message, or a conversation's messages of `roles` (None: all; a message without a
+    role counts as the assistant's), with the text parts of multimodal contents."""
+    if value is None:
         return ""
-    if isinstance(prompt, str):
-        return prompt
-    messages = prompt if isinstance(prompt, list) else [prompt]
+    if isinstance(value, str):
+        return value
+    messages = value if isinstance(value, list) else [value]
     parts = []
     for m in messages:
-        content = m.get("content", "") if isinstance(m, dict) else m
+        if not isinstance(m, dict) or (roles is not None and m.get("role", "assistant") not in roles):
+            continue
+        content = m.get("content", "")
         if isinstance(content, list):  # [{"type": "text", "text": ...}, {"type": "image"}, ...]
             content = "\n".join(c.get("text", "") if isinstance(c, dict) else str(c) for c in content)
         parts.append(content if isinstance(content, str) else str(content))
@@ -198,7 +200,7 @@ def _message_text(prompt) -> str:
 def infer_answer_format(prompt) -> str:
     """The answer format a prompt asks for; a markdown heading (`#### Problem` on a line of its own) is not GSM8K's
     marker, while `#### 72` (a solved example), `'#### <number>'` and an inline `####` are."""
-    text = _message_text(prompt)
+    text = _message_text(prompt)  # every turn: the instruction is in a user or system turn, a solved example anywhere
     if "\\boxed" in text:
         return "boxed"
     if _TAG_OPEN.search(text):
@@ -246,18 +248,7 @@ def extract_answer(text: str, answer_format: str = "boxed", cut: bool = False) -
 
 def completion_text(completion) -> str:
     """The text of a completion: a plain string, or the assistant contents of a conversational completion."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        return str(completion.get("content", ""))
-    if isinstance(completion, list):
-        parts = [
-            m.get("content", "")
-            for m in completion
-            if isinstance(m, dict) and m.get("role", "assistant") == "assistant"
-        ]
-        return "\n".join(p if isinstance(p, str) else str(p) for p in parts)
-    return str(completion)
+    return _message_text(completion, roles=("assistant",))
 
 
 def _per_item(value, n: int) -> list:
