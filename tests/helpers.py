@@ -26,6 +26,13 @@ def make_model(tokenizer, seed: int = 0, hidden_size: int = 32):
     return build_tiny_qwen3(tokenizer, hidden_size=hidden_size, num_layers=2, num_heads=2, seed=seed)
 
 
+def save_model(tokenizer, folder: Path, **model_kwargs) -> str:
+    """A tiny model (`make_model`'s keywords) and the tokenizer saved as a local model folder; returns its path."""
+    make_model(tokenizer, **model_kwargs).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
 def make_dataset(n: int = 16) -> Dataset:
     return Dataset.from_dict(
         {"prompt": [f"{i}+{i % 7}=" for i in range(n)], "answer": [str(i + i % 7) for i in range(n)]}

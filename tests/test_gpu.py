@@ -79,8 +79,7 @@ def test_evaluation_harness_on_cuda(tmp_path):
 
     tokenizer = helpers.make_tokenizer()
     model_dir = tmp_path / "tiny"
-    helpers.make_model(tokenizer).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    helpers.save_model(tokenizer, model_dir)
     bench = tmp_path / "bench.jsonl"
     bench.write_text("".join(json.dumps({"question": f"{i}?", "answer": str(i % 3)}) + "\n" for i in range(6)))
     args = EvalArguments(

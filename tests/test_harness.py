@@ -22,8 +22,7 @@ from tests import helpers
 @pytest.fixture
 def model_and_bench(tmp_path, tokenizer):
     model_dir = tmp_path / "tiny"
-    helpers.make_model(tokenizer).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    helpers.save_model(tokenizer, model_dir)
     bench = tmp_path / "bench.jsonl"
     rows = [{"question": f"{i}?", "answer": str(i % 3)} for i in range(10)]
     bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -290,8 +289,7 @@ def test_max_problems_changes_give_the_new_numbers(tmp_path, model_and_bench):
 def test_a_second_model_adds_a_row(tmp_path, model_and_bench, tokenizer):
     model, bench = model_and_bench
     other = tmp_path / "other"
-    helpers.make_model(tokenizer, seed=3).save_pretrained(other)
-    tokenizer.save_pretrained(other)
+    helpers.save_model(tokenizer, other, seed=3)
     out = tmp_path / "eval"
     evaluate(make_args(out, model, bench), generator_factory=Fake())
     evaluate(make_args(out, str(other), bench), generator_factory=Fake())

@@ -17,8 +17,7 @@ from tests import helpers
 @pytest.fixture
 def evaluated(tmp_path, tokenizer):
     model_dir = tmp_path / "tiny"
-    helpers.make_model(tokenizer).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    helpers.save_model(tokenizer, model_dir)
     bench = tmp_path / "bench.jsonl"
     bench.write_text("".join(json.dumps({"question": f"{i}+1?", "answer": str(i + 1)}) + "\n" for i in range(3)))
     args = EvalArguments(
@@ -75,8 +74,7 @@ def test_breakdown_sums_each_stored_completions_token_entropies_by_class(evaluat
 def test_breakdown_of_a_model_the_evaluation_did_not_sample_is_an_error(evaluated, tokenizer, tmp_path):
     _, args = evaluated
     other = tmp_path / "other"
-    helpers.make_model(tokenizer, seed=1).save_pretrained(other)
-    tokenizer.save_pretrained(other)
+    helpers.save_model(tokenizer, other, seed=1)
     args.models = [str(other)]
     with pytest.raises(RuntimeError, match="no stored held-out samples"):
         breakdown(str(other), args)

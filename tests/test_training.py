@@ -214,8 +214,7 @@ def test_cpu_runs_use_the_machines_cores(tmp_path, monkeypatch):
 
 def test_train_script_trains_on_local_model_and_data_and_writes_card(tmp_path, tokenizer):
     model_dir = tmp_path / "tiny-base"
-    helpers.make_model(tokenizer).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    helpers.save_model(tokenizer, model_dir)
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"problem": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(16)))
     sys.path.insert(0, str(ROOT / "recipes"))
