@@ -428,6 +428,18 @@ def test_a_data_parallel_worker_stops_when_its_parent_is_killed_alone(watch):
             os.kill(worker, signal.SIGKILL)
 
 
+def test_more_vllm_workers_than_gpus_is_refused_before_any_starts(monkeypatch):
+    from aer_trl.evaluation import plan
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(plan, "_shard_worker", lambda *a: pytest.fail("a worker started"))
+    with pytest.raises(ValueError, match=r"data_parallel=3: vLLM evaluation runs one engine per GPU and 2 GPUs"):
+        plan.run_workers(None, [], "vllm", 3)
+    plan.check_workers(2, "vllm")
+    plan.check_workers(3, "transformers")  # generate's workers may share a device
+
+
 def test_each_data_parallel_worker_watches_its_parent_before_it_samples(monkeypatch):
     from aer_trl.evaluation import plan
 

@@ -209,7 +209,19 @@ def _shard_worker(args, plans: list[Plan], backend: str, shard: int, num_shards:
     generate_missing(args, plans, default_factory(backend), shard, num_shards)
 
 
+def check_workers(workers: int, backend: str) -> None:
+    """vLLM data parallelism is one engine per GPU: more workers than visible GPUs put two engines on one GPU, each
+    asking for its share of the whole memory, and the extra ones fail at start on every rerun."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "vllm" and gpus and workers > gpus:
+        raise ValueError(
+            f"data_parallel={workers}: vLLM evaluation runs one engine per GPU and {gpus} GPUs are visible; set "
+            f"data_parallel to at most {gpus} (0: one worker per visible GPU)"
+        )
+
+
 def run_workers(args, plans: list[Plan], backend: str, workers: int) -> None:
+    check_workers(workers, backend)
     ctx = mp.get_context("spawn")
     procs, visible = [], os.environ.get("CUDA_VISIBLE_DEVICES")
     gpus = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
