@@ -171,6 +171,39 @@ def test_trl_importance_sampling_correction_still_applies_under_aers_loss(coloca
     torch.testing.assert_close(aer_delta, trl_delta, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.real
+def test_reward_functions_are_told_which_vllm_completions_the_length_limit_cut(smollm2, tmp_path):
+    """vLLM's completion ids keep the EOS that ends a completion, so `completion_truncated` (a marker-format answer on
+    a cut completion's last line is not credited) is right under vLLM too: were the EOS dropped, every completion would
+    count as cut. SmolLM2 answers a one-word request within the budget, mostly."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    seen = []
+
+    def recording(completions, completion_ids, completion_truncated, **kwargs):
+        seen.extend(zip(completion_ids, completion_truncated, strict=True))
+        return [0.0] * len(completions)
+
+    prompt = [{"role": "user", "content": "Say hello in one word."}]
+    args = helpers.make_config(
+        tmp_path, use_vllm=True, vllm_mode="colocate", max_steps=1, learning_rate=0.0, max_completion_length=24
+    )
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    trainer = AERGRPOTrainer(
+        model=str(smollm2),
+        reward_funcs=[recording],
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": [prompt] * 4, "answer": ["hello"] * 4}),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    ended = [ids for ids, cut in seen if not cut]
+    assert len(seen) == 4 and ended, seen  # at least one completion ended by itself
+    assert all(ids[-1] in trainer.eos_token_ids for ids in ended)
+    assert all(len(ids) == 24 and ids[-1] not in trainer.eos_token_ids for ids, cut in seen if cut)
+
+
 # ------------------------------------------------------------------------------------------------ evaluation
 @pytest.mark.real
 def test_evaluation_through_vllm_matches_transformers_and_resumes_from_its_store(smollm2, tmp_path):
