@@ -190,7 +190,7 @@ def _message_text(value, roles: tuple[str, ...] | None = None) -> str:
     for m in messages:
         if not isinstance(m, dict) or (roles is not None and m.get("role", "assistant") not in roles):
             continue
-        content = m.get("content", "")
+        content = m.get("content") or ""  # None in a tool-call turn
         if isinstance(content, list):  # [{"type": "text", "text": ...}, {"type": "image"}, ...]
             content = "\n".join(c.get("text", "") if isinstance(c, dict) else str(c) for c in content)
         parts.append(content if isinstance(content, str) else str(content))

@@ -5,7 +5,13 @@ import time
 
 import pytest
 
-from aer_trl.rewards import extract_answer, infer_answer_format, judge_completions, math_accuracy_reward
+from aer_trl.rewards import (
+    completion_text,
+    extract_answer,
+    infer_answer_format,
+    judge_completions,
+    math_accuracy_reward,
+)
 from aer_trl.verifier import join_digit_groups
 
 CASES = [
@@ -129,6 +135,17 @@ def test_answer_line_and_gsm8k_formats_follow_the_prompt():
 )
 def test_a_markdown_heading_in_the_prompt_is_not_the_gsm8k_marker(prompt, fmt):
     assert infer_answer_format(prompt) == fmt
+
+
+def test_a_tool_calling_completion_is_read_from_its_assistant_turns():
+    turns = [
+        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "calc"}}]},
+        {"role": "tool", "content": "\\boxed{41}"},  # a tool's output is not the model's answer
+        {"role": "assistant", "content": [{"type": "text", "text": "so \\boxed{42}"}]},
+    ]
+    assert completion_text(turns) == "\nso \\boxed{42}"
+    assert math_accuracy_reward([turns], answer=["42"]) == [1.0]
+    assert math_accuracy_reward([turns[:2]], answer=["41"]) == [0.0]
 
 
 def test_a_conversational_prompt_is_read_whole_for_the_format_it_asks_for():
