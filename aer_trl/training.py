@@ -339,6 +339,7 @@ def _train(script_args: AERScriptArguments, training_args: AERConfig, model_args
                 batch_size=script_args.eval_batch_size,
                 seed=training_args.seed,
                 prompt_args=script_args,
+                chat_template_kwargs=training_args.chat_template_kwargs,
             )
         )
     trainer = AERGRPOTrainer(

@@ -15,6 +15,7 @@ import torch
 
 from aer_trl.evaluation import EvalArguments, PassAtKCallback, evaluate
 from aer_trl.evaluation.harness import TransformersGenerator
+from aer_trl.evaluation.plan import load_problems
 from aer_trl.rewards import JUDGE_VERSION
 from tests import helpers
 
@@ -457,6 +458,39 @@ def train_with_callback(tmp_path, tokenizer, bench, **config):
     cb = PassAtKCallback(bench, eval_steps=1, num_samples=4, k_list=[1, 4], max_new_tokens=2, max_problems=4)
     trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, **config), callbacks=[cb])
     return trainer, cb
+
+
+THINKING_TEMPLATE = (  # a chat template with a switch, as Qwen3's `enable_thinking`
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}{% if think is defined and not think %}quick: {% else %}assistant: {% endif %}"
+    "{% endif %}"
+)
+
+
+def test_validation_formats_its_prompts_with_the_runs_chat_template_kwargs(tmp_path, model_and_bench):
+    """`chat_template_kwargs` (TRL's, e.g. Qwen3's enable_thinking=False) shape every rollout prompt; validation and
+    the evaluation formatted theirs without them, so they measured other prompts than the run trained on."""
+    from transformers import TrainerState
+    from trl.data_utils import apply_chat_template
+
+    _, bench = model_and_bench
+    tokenizer = helpers.make_tokenizer()
+    tokenizer.chat_template = THINKING_TEMPLATE
+    kwargs = {"think": False}
+    args = helpers.make_config(tmp_path, chat_template_kwargs=kwargs, save_strategy="steps", max_steps=1)
+    cb = PassAtKCallback(bench, eval_steps=1, num_samples=2, k_list=[1], max_new_tokens=2, chat_template_kwargs=kwargs)
+    cb.on_train_begin(args, TrainerState(), None)
+    problems = load_problems(bench, cb.eval_args, tokenizer)
+    row = {"prompt": [{"role": "user", "content": "0?"}]}
+    trained = apply_chat_template(row, tokenizer, **kwargs)["prompt"]  # what TRL's rollout formats
+    assert trained.endswith("quick: ") and all(p.text.endswith("quick: ") for p in problems)
+    # the evaluation takes them too (a YAML mapping, or JSON on the command line)
+    for given in (kwargs, '{"think": false}'):
+        eval_args = EvalArguments(models=["m"], benchmarks=[bench], chat_template_kwargs=given)
+        assert all(p.text.endswith("quick: ") for p in load_problems(bench, eval_args, tokenizer))
+    # a callback built without the run's kwargs is refused before training, not left to measure other prompts
+    with pytest.raises(ValueError, match=r"chat_template_kwargs=\{'think': False\}"):
+        PassAtKCallback(bench, eval_steps=1).on_train_begin(args, TrainerState(), None)
 
 
 def test_best_checkpoint_survives_rotation(tmp_path, tokenizer, model_and_bench, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from ..prompts import PromptArguments
@@ -61,8 +62,22 @@ class EvalArguments(PromptArguments):
     lab_tiers: list[int] | None = field(
         default=None, metadata={"help": "'arithmetic' benchmark: tiers (default all)."}
     )
+    chat_template_kwargs: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Keyword arguments of the tokenizer's chat template, as the run trained with them (TRL's key of "
+            "the same name; e.g. {'enable_thinking': false} for Qwen3). A mapping, or JSON on the command line."
+        },
+    )
 
     def __post_init__(self):
+        if isinstance(self.chat_template_kwargs, str):
+            try:
+                self.chat_template_kwargs = json.loads(self.chat_template_kwargs)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"chat_template_kwargs: not JSON ({err.msg}): {self.chat_template_kwargs!r}") from err
+        if self.chat_template_kwargs is not None and not isinstance(self.chat_template_kwargs, dict):
+            raise ValueError(f"chat_template_kwargs must be a mapping, got {self.chat_template_kwargs!r}")
         if self.num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {self.num_samples}")
         bad = [k for k in self.k_list if not 1 <= k <= self.num_samples]

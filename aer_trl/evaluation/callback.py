@@ -72,6 +72,7 @@ class PassAtKCallback(TrainerCallback, ExportableState):
         batch_size: int = 8,
         seed: int = 0,
         prompt_args=None,
+        chat_template_kwargs: dict | None = None,
     ):
         if eval_steps < 1:
             raise ValueError(f"eval_steps must be >= 1, got {eval_steps}")
@@ -86,8 +87,12 @@ class PassAtKCallback(TrainerCallback, ExportableState):
             seed=seed,
         )
         prompt = prompt_settings(prompt_args) if prompt_args is not None else {}
+        if chat_template_kwargs:  # the run's (TRL's `chat_template_kwargs`): part of the prompts it measures
+            prompt["chat_template_kwargs"] = dict(chat_template_kwargs)
         self.eval_args = EvalArguments(models=["<training>"], benchmarks=[benchmark], **sampling, **prompt)
         self._init = dict(benchmark=benchmark, eval_steps=eval_steps, **sampling)  # what `state()` saves
+        if chat_template_kwargs:
+            self._init["chat_template_kwargs"] = dict(chat_template_kwargs)
         # what a pass@1 figure measures: two figures compare only when these agree (the best after a resume)
         self.measure = dict(
             benchmark=benchmark, max_new_tokens=max_new_tokens, temperature=temperature, max_problems=max_problems
@@ -139,6 +144,13 @@ class PassAtKCallback(TrainerCallback, ExportableState):
         return changes
 
     def on_train_begin(self, args, state, control, **kwargs):
+        trained = getattr(args, "chat_template_kwargs", None) or {}
+        if trained != (self.eval_args.chat_template_kwargs or {}):
+            raise ValueError(
+                f"PassAtKCallback: the run formats its prompts with chat_template_kwargs={trained!r}, this callback "
+                f"with {self.eval_args.chat_template_kwargs!r}; pass chat_template_kwargs={trained!r} so that "
+                "validation measures the prompts the run trains on"
+            )
         if self.best_step is None and state.best_global_step and not self._restored:  # resumed without its state
             self.best_step, self.best_pass_at_1 = state.best_global_step, state.best_metric
         if args.save_strategy == "no":

@@ -33,11 +33,15 @@ from .store import append_records, digest, load_store, model_identity, problem_h
 logger = logging.getLogger(__name__)
 
 
-def prompt_text(prompt, tokenizer) -> str:
+def prompt_text(prompt, tokenizer, chat_template_kwargs: dict | None = None) -> str:
+    """The text the model sees: a conversation through the tokenizer's chat template (with the run's
+    `chat_template_kwargs`, as TRL formats its rollouts), a plain prompt as it is."""
     if isinstance(prompt, str):
         return prompt
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(
+            prompt, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+        )
     return "\n".join(m["content"] for m in prompt)
 
 
@@ -96,7 +100,7 @@ def load_problems(bench: str, args, tokenizer) -> list[Problem]:
     groups = data["difficulty"] if "difficulty" in data.column_names else [None] * len(data)
     problems, listed = [], Counter()
     for i, (row, group) in enumerate(zip(data, groups)):
-        text = prompt_text(row["prompt"], tokenizer)
+        text = prompt_text(row["prompt"], tokenizer, getattr(args, "chat_template_kwargs", None))
         key = problem_hash(text, row["answer"])
         listed[key] += 1
         if listed[key] > 1:  # a problem the benchmark lists again is sampled again, under a key of its own
