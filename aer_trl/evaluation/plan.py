@@ -45,9 +45,9 @@ def prompt_text(prompt, tokenizer, chat_template_kwargs: dict | None = None) -> 
     return "\n".join(m["content"] for m in prompt)
 
 
-def run_fingerprint(args, model: str, backend: str) -> dict:
+def run_fingerprint(args, model: str, backend: str, tokenizer=None) -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return {
+    fingerprint = {
         "model": model_identity(model, args.model_revision),
         "backend": backend,
         "device": device,
@@ -60,6 +60,15 @@ def run_fingerprint(args, model: str, backend: str) -> dict:
         "seed": args.seed,
         "chunk_size": args.batch_size,
     }
+    if (
+        backend == "vllm"
+        and tokenizer is not None
+        and tokenizer.encode("1") != tokenizer.encode("1", add_special_tokens=False)
+    ):
+        # a tokenizer that adds special tokens (a BOS): vLLM was given the prompt text and saw two until 2026-11-27
+        # (now the token ids, one); samples stored before then are not reused. Other fingerprints are unchanged.
+        fingerprint["prompt_ids"] = "as_templated"
+    return fingerprint
 
 
 @dataclass
@@ -129,7 +138,7 @@ def make_plans(args, backend: str) -> list[Plan]:
     plans = []
     for model in args.models:
         tokenizer = load_tokenizer(model)
-        fingerprint = run_fingerprint(args, model, backend)
+        fingerprint = run_fingerprint(args, model, backend, tokenizer)
         for bench in args.benchmarks:
             problems = load_problems(bench, args, tokenizer)
             chunks = make_chunks(problems, args.batch_size, args.seed)
