@@ -345,7 +345,10 @@ def test_the_engine_sampler_syncs_the_weights_once_per_step_and_serves_from_the_
             requests.append((prompts, n, kw["generation_kwargs"]["seed"], kw["max_tokens"]))
             return {"completion_ids": [[ord("a") + i] for i in range(n)]}
 
-    tokenizer = SimpleNamespace(batch_decode=lambda ids, skip_special_tokens: ["".join(map(chr, x)) for x in ids])
+    tokenizer = SimpleNamespace(
+        batch_decode=lambda ids, skip_special_tokens: ["".join(map(chr, x)) for x in ids],
+        encode=lambda text, add_special_tokens: list(map(ord, text)),  # the prompt goes as token ids
+    )
     generation = SimpleNamespace(mode="server", vllm_client=Client(), sync_weights=lambda: syncs.append(1))
     trainer = SimpleNamespace(use_vllm=True, vllm_generation=generation, _last_loaded_step=4,
                               state=SimpleNamespace(global_step=5), processing_class=tokenizer)  # fmt: skip
@@ -356,7 +359,8 @@ def test_the_engine_sampler_syncs_the_weights_once_per_step_and_serves_from_the_
     engine_sampler(trainer, args)
     assert syncs == [1]  # the same step: the engine already holds this policy
     assert sampler(["p0", "p1"], seed=11) == [["a", "b", "c"], ["a", "b", "c"]]
-    assert [r[0] for r in requests] == [["p0"], ["p1"]] and {r[1] for r in requests} == {3}
+    assert [r[0] for r in requests] == [[list(map(ord, "p0"))], [list(map(ord, "p1"))]]
+    assert {r[1] for r in requests} == {3}
     assert requests[0][2] != requests[1][2] and {r[3] for r in requests} == {7}  # a seed per request
     with pytest.raises(ValueError, match="tensor_parallel_size > 1"):
         engine_sampler(SimpleNamespace(use_vllm=True, vllm_generation=SimpleNamespace(
