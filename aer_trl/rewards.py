@@ -223,22 +223,20 @@ def extract_answer(text: str, answer_format: str = "boxed", cut: bool = False) -
         answer = _last_boxed(text)
         if answer is not None:  # `\\boxed{18.}`: a full stop inside the box, read by math-verify as no number
             answer = _FULL_STOP.sub("", answer.strip())
-    elif answer_format == "answer_tag":
-        answer = _last_tagged(text)
-        if answer is not None:
-            answer = _unwrap(answer)
-            inner = _last_boxed(answer)
-            answer = answer if inner is None else inner
     else:
-        matches = list((_GSM8K_MARK if answer_format == "gsm8k" else _ANSWER_MARK).finditer(text))
-        last = matches[-1] if matches else None
-        answer = last.group(1).rstrip() if last else None
-        if answer is not None and answer_format == "gsm8k":
-            answer = answer.replace(",", "")
+        runs_to_end = False  # the answer line reaches the end of the text (a tag's answer is closed by its tag)
+        if answer_format == "answer_tag":
+            answer = _last_tagged(text)
+        else:
+            matches = list((_GSM8K_MARK if answer_format == "gsm8k" else _ANSWER_MARK).finditer(text))
+            answer = matches[-1].group(1).rstrip() if matches else None
+            runs_to_end = bool(matches) and matches[-1].end() == len(text)
+            if answer is not None and answer_format == "gsm8k":
+                answer = answer.replace(",", "")
         if answer is not None:
             answer = _unwrap(answer)
             inner = _last_boxed(answer)
-            if inner is None and cut and last.end() == len(text):  # the cut may fall inside the answer
+            if inner is None and cut and runs_to_end:  # the cut may fall inside the answer
                 answer = ""
             answer = answer if inner is None else inner
     if answer is None:

@@ -138,7 +138,8 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
 
     # ------------------------------------------------------------------------------------------------ rollout
     def _cut_off(self, completion_ids_list) -> list[bool]:
-        """Which completions the length limit cut off: they end in neither EOS nor padding (TRL's own test)."""
+        """Which completions end in neither EOS nor padding: TRL's own test of truncation (`mask_truncated_completions`
+        masks these); `_calculate_rewards` also asks for the whole length budget used."""
         ends = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         return [not ids or ids[-1] not in ends for ids in completion_ids_list]
 
