@@ -22,7 +22,8 @@ checkout included, and have no vLLM, TRL, DeepSpeed, datasets or math-verify. On
 
 The choice of what to leave out is the one that ran vLLM 0.26 colocate on an H100 (docs/gpu.md, "Third run"), made
 there by hand and written down here; `--flashinfer` adds FlashInfer (its sampler; its kernels compile at first use with
-the machine's nvcc), which no GPU run of ours has carried yet.
+the machine's nvcc), carried to an H200 on 2026-11-27 (docs/gpu.md, "Fourth run": vLLM samples our recipes, which set
+no top-k or top-p, without it). `--out` must be a folder of the checkout that git ignores.
 """
 
 from __future__ import annotations
@@ -169,6 +170,19 @@ def device_calls(parts: list[Path], sha256: str, smoke: str) -> list[dict]:
     return calls
 
 
+def check_out(out: Path, root: Path = ROOT) -> None:
+    """The parts must lie in the checkout (a device call carries only paths in it) and be ignored by git: a part git
+    does not ignore travels with every call, beside the one named in its carry, and the calls go over 64 MiB."""
+    if not out.is_relative_to(root):
+        raise SystemExit(f"--out {out}: must be a folder inside the checkout {root}: a device call carries no other")
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(out / "1")], cwd=root).returncode == 0
+    if not ignored:
+        raise SystemExit(
+            f"--out {out}: git does not ignore it, so every part would travel with every call (over 64 MiB); "
+            f"use .carry (ignored) or add /{out.relative_to(root)}/ to .git/info/exclude"
+        )
+
+
 def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     print("$", " ".join(cmd), flush=True)
     return subprocess.run(cmd, check=True, **kwargs)
@@ -246,7 +260,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--parts", nargs="*", default=list(SMOKE_PARTS), help="gpu_smoke's parts to run there")
     args = parser.parse_args(argv)
 
-    out = Path(args.out)
+    out = Path(args.out).resolve()
+    check_out(out)
     checkout = checkout_bytes()
     part_bytes = int(args.part_mb * 1e6) if args.part_mb else CALL_LIMIT - checkout - MARGIN
     if part_bytes < 2**20 or part_bytes + checkout > CALL_LIMIT:

@@ -65,7 +65,7 @@ def part_env(cpu: bool, out: Path) -> dict:
         for name in ("torch", "transformers", "trl", "accelerate", "deepspeed", "vllm", "peft", "datasets")
     }
     env["flashinfer"] = version("flashinfer-python")
-    env["vllm_flashinfer_sampler"] = sampler_env().get("VLLM_USE_FLASHINFER_SAMPLER", "vLLM's default")
+    env["vllm_flashinfer_sampler"] = sampler_setting()
     env["python"] = sys.version.split()[0]
     env["ok"] = True
     if torch.cuda.is_available():
@@ -93,6 +93,14 @@ def sampler_env() -> dict:
     if version("vllm") and not version("flashinfer-python") and "VLLM_USE_FLASHINFER_SAMPLER" not in os.environ:
         return {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
     return {}
+
+
+def sampler_setting() -> str:
+    """VLLM_USE_FLASHINFER_SAMPLER as the parts' runs see it: the user's, else the one `sampler_env` sets, else
+    vLLM's default (FlashInfer's sampler, used only for requests with a top-k or top-p filter: none of our recipes
+    sets one)."""
+    name = "VLLM_USE_FLASHINFER_SAMPLER"
+    return os.environ.get(name) or sampler_env().get(name, "vLLM's default")
 
 
 def run(cmd: list[str], log: Path, timeout: int) -> tuple[int, float]:

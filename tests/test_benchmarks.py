@@ -128,6 +128,14 @@ def test_gpu_smoke_turns_vllms_flashinfer_sampler_off_only_where_flashinfer_is_m
     monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "1")
     installed["vllm"] = "0.26.0"
     assert gpu_smoke.sampler_env() == {}  # the user's setting stands
+    assert gpu_smoke.sampler_setting() == "1"  # and the JSON says so
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    installed["flashinfer-python"] = "0.6.14"
+    assert gpu_smoke.sampler_setting() == "0"  # not "vLLM's default" (what the H200 run of 2026-11-27 recorded)
+    monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER")
+    assert gpu_smoke.sampler_setting() == "vLLM's default"
+    del installed["flashinfer-python"]
+    assert gpu_smoke.sampler_setting() == "0"  # the one sampler_env sets
 
 
 @pytest.mark.real
@@ -187,6 +195,16 @@ def test_gpu_carry_keeps_what_the_machine_lacks_and_drops_what_a_dense_model_nev
     import gpu_smoke
 
     assert set(gpu_carry.SMOKE_PARTS) <= set(gpu_smoke.PARTS)  # the last device call runs these
+
+
+def test_gpu_carry_refuses_parts_that_would_travel_with_every_call(tmp_path):
+    import gpu_carry
+
+    gpu_carry.check_out(gpu_carry.ROOT / ".carry")  # .gitignore's
+    with pytest.raises(SystemExit, match="git does not ignore it"):
+        gpu_carry.check_out(gpu_carry.ROOT / "carry-parts")
+    with pytest.raises(SystemExit, match="inside the checkout"):
+        gpu_carry.check_out(tmp_path)
 
 
 def test_gpu_carry_strips_vllms_unused_kernels_and_its_parts_join_back(tmp_path):
