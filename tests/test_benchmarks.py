@@ -157,8 +157,7 @@ def test_gpu_smoke_runs_every_part_in_its_cpu_mode(tmp_path):
     assert paper["checkpoints"] == ["checkpoint-1"] and [v["step"] for v in paper["validation"]] == [1]
     assert "model_name_or_path" in paper["changed_keys"] and "learning_rate" not in paper["changed_keys"]
     assert report["eval"]["harness_over_plain"] > 0
-    if importlib.util.find_spec("vllm") is None:
-        assert report["vllm"]["ok"] is None and "not installed" in report["vllm"]["skipped"]
+    assert recipe["vllm"] == paper["vllm"] == (importlib.util.find_spec("vllm") is not None)  # vLLM where installed
 
 
 def test_gpu_smoke_run_again_trains_its_runs_afresh(tmp_path, monkeypatch):
