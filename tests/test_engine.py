@@ -135,3 +135,37 @@ def test_stored_vllm_samples_of_a_bos_adding_tokenizer_are_not_reused():
     assert plain == run_fingerprint(args, "org/model", "vllm")  # the fingerprint every earlier store holds
     assert run_fingerprint(args, "org/model", "vllm", bos_tokenizer()) == {**plain, "prompt_ids": "as_templated"}
     assert "prompt_ids" not in run_fingerprint(args, "org/model", "transformers", bos_tokenizer())
+
+
+def test_a_template_less_base_models_prompts_get_their_bos_in_every_backend(fake_vllm):
+    """A base model without a chat template is evaluated on the plain text of its prompt; TRL encodes a plain prompt
+    with the tokenizer's special tokens (`processing_class(text=...)`), as lm-eval does, so a Llama-style model gets its
+    BOS. Both backends and the stored fingerprint follow; a templated prompt stays as TRL's `apply_chat_template` gives
+    it (the template wrote its special tokens)."""
+    from aer_trl.evaluation.backends import prompt_ids
+    from aer_trl.evaluation.plan import prompt_text, run_fingerprint
+    from aer_trl.evaluation.sampling import _left_padded
+
+    conversation = [{"role": "user", "content": "1+3?"}]
+    base = bos_tokenizer()
+    base.chat_template = None
+    text = prompt_text(conversation, base)
+    trl_ids = base(text=[text])["input_ids"][0]  # TRL's `_tokenize_prompts` for a plain prompt
+    assert trl_ids[0] == base.bos_token_id and trl_ids.count(base.bos_token_id) == 1
+    assert prompt_ids(base, [text]) == [trl_ids]  # vLLM (the harness, the run's engine, the server)
+    assert _left_padded(base, [text], "cpu").input_ids[0].tolist() == trl_ids  # generate
+
+    templated = bos_tokenizer()
+    text = prompt_text(conversation, templated)
+    trl_ids = templated.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True, return_dict=True)
+    assert prompt_ids(templated, [text]) == [trl_ids["input_ids"]]
+    assert _left_padded(templated, [text], "cpu").input_ids[0].tolist() == trl_ids["input_ids"]
+
+    args = SimpleNamespace(model_revision=None, num_samples=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8,
+                           seed=0, batch_size=2)  # fmt: skip
+    for backend in ("transformers", "vllm"):  # samples drawn without the BOS are not reused
+        plain = run_fingerprint(args, "org/model", backend)
+        assert run_fingerprint(args, "org/model", backend, base) == {**plain, "prompt_ids": "with_special_tokens"}
+        no_bos = helpers.make_tokenizer()
+        no_bos.chat_template = None
+        assert run_fingerprint(args, "org/model", backend, no_bos) == plain  # nothing to add: unchanged

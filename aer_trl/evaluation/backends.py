@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from .sampling import sample_chunk
+from .sampling import adds_special_tokens, sample_chunk
 
 CPU_PROMPT_TOKENS = 1024  # the prompt length the CPU defaults plan for (a few-shot chat prompt fits)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -150,10 +150,12 @@ class VLLMGenerator:
 
 
 def prompt_ids(tokenizer, texts: list[str]) -> list[list[int]]:
-    """The token ids of prompt texts that already hold every special token the chat template wrote: encoded without
-    adding any, as `generate` and TRL's rollouts see them. Given the text, vLLM adds the tokenizer's BOS again
-    (Llama- and Gemma-style templates begin with it: measured, `[1, 1, ...]`)."""
-    return [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    """The token ids vLLM is given for the prompt texts, encoded as `generate` and TRL's rollouts see them
+    (`sampling.adds_special_tokens`): chat-templated text without adding special tokens, since given the text vLLM
+    adds the tokenizer's BOS again (Llama- and Gemma-style templates begin with it: measured, `[1, 1, ...]`); a
+    template-less tokenizer's plain text with them."""
+    special = adds_special_tokens(tokenizer)
+    return [tokenizer.encode(text, add_special_tokens=special) for text in texts]
 
 
 def request_seed(seed: int, index: int) -> int:

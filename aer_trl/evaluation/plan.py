@@ -27,6 +27,7 @@ from ..gguf import resolve_model
 from ..rewards import JUDGE_VERSION
 from ..sources import get_source, resolve_format
 from .backends import check_model, choose_backend, default_factory, load_tokenizer, sampling_dtype
+from .sampling import adds_special_tokens
 from .scoring import judge
 from .store import append_records, digest, load_store, model_identity, problem_hash, problem_seed
 
@@ -60,14 +61,15 @@ def run_fingerprint(args, model: str, backend: str, tokenizer=None) -> dict:
         "seed": args.seed,
         "chunk_size": args.batch_size,
     }
-    if (
-        backend == "vllm"
-        and tokenizer is not None
-        and tokenizer.encode("1") != tokenizer.encode("1", add_special_tokens=False)
-    ):
-        # a tokenizer that adds special tokens (a BOS): vLLM was given the prompt text and saw two until 2026-11-27
-        # (now the token ids, one); samples stored before then are not reused. Other fingerprints are unchanged.
-        fingerprint["prompt_ids"] = "as_templated"
+    if tokenizer is not None and tokenizer.encode("1") != tokenizer.encode("1", add_special_tokens=False):
+        # A tokenizer that adds special tokens (a BOS); samples stored before these changes are not reused, every other
+        # fingerprint is unchanged. With a chat template, vLLM was given the prompt text and saw two BOS until
+        # 2026-11-27 (now the token ids, one). Without one, `generate` sampled the plain text without the BOS (and
+        # vLLM too, for a day), now with it (`sampling.adds_special_tokens`).
+        if adds_special_tokens(tokenizer):
+            fingerprint["prompt_ids"] = "with_special_tokens"
+        elif backend == "vllm":
+            fingerprint["prompt_ids"] = "as_templated"
     return fingerprint
 
 

@@ -30,13 +30,23 @@ def isolated_rng(seed: int | None = None, device: torch.device | None = None):
         yield
 
 
+def adds_special_tokens(tokenizer) -> bool:
+    """Whether the evaluation encodes its prompt texts with the tokenizer's special tokens (a BOS). Not where the
+    tokenizer has a chat template: the text came through it (the evaluation's prompts are conversations) and holds
+    every special token the template wrote, as TRL's rollouts tokenize it. Yes for a tokenizer without one (a base
+    model's plain text): TRL encodes a plain prompt with them (`processing_class(text=...)`), as lm-eval does, and a
+    Llama-style base model sampled without its BOS answers other prompts than it was measured on elsewhere."""
+    return not getattr(tokenizer, "chat_template", None)
+
+
 def _left_padded(tokenizer, texts, device):
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     try:
-        return tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        special = adds_special_tokens(tokenizer)
+        return tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=special).to(device)
     finally:
         tokenizer.padding_side = side
 

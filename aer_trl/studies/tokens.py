@@ -22,6 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..analysis import REPORTED, entropy_and_gradient, token_classes, tokens_table
+from ..evaluation.sampling import adds_special_tokens
 from ..io import atomic_write
 from .real_study import cell_dir, eval_arguments, load_study
 
@@ -45,7 +46,7 @@ def breakdown(model_path: str, eval_args, samples: int = 4) -> dict:
         record = store.get((plan.fp, problem.hash, chunk.key))
         if record is None:
             raise RuntimeError(f"{model_path}: no stored held-out samples for a problem; run the study's evaluation")
-        prompt = tokenizer(problem.text, add_special_tokens=False).input_ids
+        prompt = tokenizer(problem.text, add_special_tokens=adds_special_tokens(tokenizer)).input_ids
         for completion in record["completions"][:samples]:
             ids = tokenizer(completion, add_special_tokens=False).input_ids
             if not ids:
