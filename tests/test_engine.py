@@ -139,9 +139,9 @@ def test_stored_vllm_samples_of_a_bos_adding_tokenizer_are_not_reused():
 
 def test_a_template_less_base_models_prompts_get_their_bos_in_every_backend(fake_vllm):
     """A base model without a chat template is evaluated on the plain text of its prompt; TRL encodes a plain prompt
-    with the tokenizer's special tokens (`processing_class(text=...)`), as lm-eval does, so a Llama-style model gets its
-    BOS. Both backends and the stored fingerprint follow; a templated prompt stays as TRL's `apply_chat_template` gives
-    it (the template wrote its special tokens)."""
+    with the tokenizer's special tokens (`processing_class(text=...)`), as lm-eval does, so a Llama-style model gets
+    its BOS. Both backends and the stored fingerprint follow; a templated prompt stays as TRL's `apply_chat_template`
+    gives it (the template wrote its special tokens)."""
     from aer_trl.evaluation.backends import prompt_ids
     from aer_trl.evaluation.plan import prompt_text, run_fingerprint
     from aer_trl.evaluation.sampling import _left_padded

@@ -429,6 +429,33 @@ def test_a_data_parallel_worker_stops_when_its_parent_is_killed_alone(watch):
             os.kill(worker, signal.SIGKILL)
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_data_parallel_worker_holds_the_folder_lock_with_its_parent(tmp_path, shared):
+    """A worker can outlive its parent by up to `exit_with_parent`'s grace; holding the folder's lock with it, it keeps
+    the evaluation started again from starting beside it (its vLLM engine would fail at start on the worker's GPU).
+    A worker started without the lock shows the test can fail."""
+    import multiprocessing as mp
+
+    from aer_trl.evaluation import plan
+    from aer_trl.evaluation.harness import EVAL_LOCK
+    from aer_trl.io import lock_folder
+
+    def lock():
+        return lock_folder(tmp_path, EVAL_LOCK, "evaluation is writing into it")
+
+    held = lock()
+    worker = plan.start_worker(mp.get_context("spawn"), held if shared else None, time.sleep, 3)
+    os.close(held)  # the parent ends; its worker has not yet
+    if shared:
+        with pytest.raises(RuntimeError, match="another evaluation is writing into it"):
+            lock()
+    else:
+        os.close(lock())
+    worker.join(timeout=60)
+    assert worker.exitcode == 0
+    os.close(lock())  # free once the worker has ended
+
+
 def test_more_vllm_workers_than_gpus_is_refused_before_any_starts(monkeypatch):
     from aer_trl.evaluation import plan
 

@@ -61,7 +61,7 @@ def evaluate(args: EvalArguments, generator_factory=None) -> dict:
         if generator_factory is not None or workers <= 1:
             generate_missing(args, plans, generator_factory or default_factory(backend))
         else:
-            run_workers(args, plans, backend, workers)
+            run_workers(args, plans, backend, workers, lock)
         return score(args, plans)
     finally:
         if lock is not None:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
+from multiprocessing import reduction
 from pathlib import Path
 
 import torch
@@ -224,6 +225,35 @@ def _shard_worker(args, plans: list[Plan], backend: str, shard: int, num_shards:
     generate_missing(args, plans, default_factory(backend), shard, num_shards)
 
 
+class _SharedLock:
+    """The evaluation folder's lock descriptor, handed to a spawned worker (`multiprocessing.reduction.DupFd`, which
+    passes it to the child when the process starts): the worker then holds the lock with its parent until it ends."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self):
+        return _inherit, (reduction.DupFd(self.fd),)
+
+
+def _inherit(handle) -> int:
+    return handle.detach()  # kept open, never closed: the kernel releases the lock when this process ends
+
+
+def _locked_worker(lock_fd: int | None, target, *args) -> None:
+    target(*args)
+
+
+def start_worker(ctx, lock: int | None, target, *args):
+    """Start `target(*args)` in a process of `ctx` (spawn) that holds the evaluation folder's `lock` (a descriptor
+    from `lock_folder`, or None) with its parent. A worker can outlive its parent for up to `exit_with_parent`'s grace;
+    holding the lock, it keeps an evaluation started again in the folder from starting beside it (two vLLM engines on
+    one GPU, the new one failing at start) and that evaluation says so (`lock_folder`'s message)."""
+    proc = ctx.Process(target=_locked_worker, args=(None if lock is None else _SharedLock(lock), target, *args))
+    proc.start()
+    return proc
+
+
 def check_workers(workers: int, backend: str) -> None:
     """vLLM data parallelism is one engine per GPU: more workers than visible GPUs put two engines on one GPU, each
     asking for its share of the whole memory, and the extra ones fail at start on every rerun."""
@@ -235,7 +265,7 @@ def check_workers(workers: int, backend: str) -> None:
         )
 
 
-def run_workers(args, plans: list[Plan], backend: str, workers: int) -> None:
+def run_workers(args, plans: list[Plan], backend: str, workers: int, lock: int | None = None) -> None:
     check_workers(workers, backend)
     ctx = mp.get_context("spawn")
     procs, visible = [], os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -244,9 +274,7 @@ def run_workers(args, plans: list[Plan], backend: str, workers: int) -> None:
         for shard in range(workers):
             if gpus:
                 os.environ["CUDA_VISIBLE_DEVICES"] = gpus[shard % len(gpus)]
-            proc = ctx.Process(target=_shard_worker, args=(args, plans, backend, shard, workers))
-            proc.start()
-            procs.append(proc)
+            procs.append(start_worker(ctx, lock, _shard_worker, args, plans, backend, shard, workers))
     finally:
         if visible is None:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
