@@ -147,6 +147,8 @@ def test_gpu_smoke_runs_every_part_in_its_cpu_mode(tmp_path):
 
     report = gpu_smoke.main(["--cpu", "--json", str(tmp_path / "smoke.json"), "--output_dir", str(tmp_path / "out")])
     assert report["failed"] == [] and json.loads((tmp_path / "smoke.json").read_text())["mode"] == "cpu"
+    assert report["run"]["parts"] == list(gpu_smoke.PARTS)  # the whole script's time, in one go
+    assert report["run"]["wall_s"] >= sum(report[p]["wall_s"] for p in gpu_smoke.PARTS) - 1
     assert report["tests"]["ok"] and report["tests"]["skipped"] == report["tests"]["tests"] > 0  # no GPU here
     on, off = [[r for r in report["share"]["rows"] if f"shared prompt {x}" in r["shape"]] for x in ("on", "off")]
     assert on and off and all(r["shared_path_ran"] for r in on) and not any(r["shared_path_ran"] for r in off)
