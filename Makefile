@@ -67,7 +67,10 @@ check-gpu-install: $(BIN)/python
 	rm -rf .gpu-dry-run
 	$(BIN)/pip install --dry-run --ignore-installed --target .gpu-dry-run --only-binary=:all: $(GPU_PLATFORMS) \
 		--python-version 3.11 --implementation cp -c constraints-gpu.txt \
-		$$(grep -E '^[a-z]' constraints-gpu.txt | cut -d= -f1 | grep -v deepspeed)
+		$$(grep -E '^[a-z]' constraints-gpu.txt | cut -d= -f1 | grep -v deepspeed) \
+		|| { echo "check-gpu-install: pip could not resolve the GPU set from your package index. 'No matching distribution' \
+	for a pin of torch's own (nvidia-nccl-cu13==2.28.9 on this project's mirror) means the index lacks that wheel, not \
+	that the set conflicts (docs/gpu.md, Install)."; exit 1; }
 
 # For a GPU machine without network that has CUDA torch (the lent H100/H200): the rest of the GPU set, resolved for
 # it with uv, packed into parts that fit one call each beside the checkout, and .carry/RUN.md, the calls that bring
