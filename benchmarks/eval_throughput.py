@@ -30,6 +30,7 @@ def main(argv=None) -> dict:
     from aer_trl.evaluation import EvalArguments, evaluate
     from aer_trl.evaluation.backends import sampling_dtype
     from aer_trl.evaluation.plan import load_problems
+    from aer_trl.evaluation.scoring import judge
     from aer_trl.gguf import convert_gguf, resolve_model
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,7 +69,8 @@ def main(argv=None) -> dict:
     )
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    texts = [p.text for p in load_problems(args.benchmark, eval_args, tokenizer)]
+    problems = load_problems(args.benchmark, eval_args, tokenizer)
+    texts = [p.text for p in problems]
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=sampling_dtype(device)).to(device).eval()
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
@@ -94,6 +96,13 @@ def main(argv=None) -> dict:
         plain = time.perf_counter() - start
     plain_tokens = int((out[:, enc["input_ids"].shape[1] :] != tokenizer.pad_token_id).sum())
     del model
+
+    # judging the plain call's samples as the harness judges its own (one of the harness's costs generate has not)
+    completions = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    start = time.perf_counter()
+    for i, problem in enumerate(problems):
+        judge(completions[i * args.num_samples : (i + 1) * args.num_samples], problem.answer, problem.text)
+    judging = time.perf_counter() - start
 
     from aer_trl.evaluation import backends
 
@@ -130,6 +139,7 @@ def main(argv=None) -> dict:
         "plain_generate_s": round(plain, 2),
         "plain_samples_per_s": round(samples / plain, 2),
         "plain_new_tokens": plain_tokens,
+        "judge_s": round(judging, 2),
         "harness_s": round(harness[first], 2),
         "harness_samples_per_s": round(samples / harness[first], 2),
         "harness_over_plain": round(harness[first] / plain, 3),
@@ -148,7 +158,8 @@ def main(argv=None) -> dict:
         start_note = f", engine start {r['engine_start_s']} s" if r["engine_start_s"] is not None else ""
         print(f"{b}: harness {r['harness_s']} s{start_note}, {r['sampling_samples_per_s']} samples/s after start")
     print(
-        f"\nharness ({first}) {result['harness_samples_per_s']} samples/s (model load, judging and store included) "
+        f"\nharness ({first}) {result['harness_samples_per_s']} samples/s (model load, judging and store included; "
+        f"judging alone {result['judge_s']} s) "
         f"vs one plain batched generate {result['plain_samples_per_s']} samples/s: "
         f"ratio {result['harness_over_plain']}"
     )
