@@ -1,19 +1,35 @@
-"""aer_trl: Adaptive Entropy Regularization (AER) for GRPO, as a TRL extension."""
+"""aer_trl: Adaptive Entropy Regularization (AER) for GRPO, as a TRL extension.
+
+The top level loads lazily, as TRL's does: `import aer_trl` (and the pure math, `import aer_trl.controller`) imports
+neither TRL nor transformers; each name below is imported from its module the first time it is used.
+"""
+
+from typing import TYPE_CHECKING
+
+import lazy_loader
 
 __version__ = "0.1.0"
 
-from .callback import AERCallback
-from .config import AERConfig
-from .controller import AERController, difficulty_coefficients, group_accuracy, update_alpha
-from .trainer import AERGRPOTrainer
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "config": ["AERGRPOConfig", "AERConfig"],
+        "trainer": ["AERGRPOTrainer"],
+        "controller": ["AERController", "difficulty_coefficients"],
+        "callback": ["AERCallback"],
+        "registry": ["Method", "TokenBatch", "get_method", "methods", "register_method"],
+        "rewards": ["math_accuracy_reward"],
+        "evaluation.callback": ["PassAtKCallback"],
+        "evaluation.harness": ["EvalArguments", "evaluate"],
+    },
+)
 
-__all__ = [
-    "AERCallback",
-    "AERConfig",
-    "AERController",
-    "AERGRPOTrainer",
-    "difficulty_coefficients",
-    "group_accuracy",
-    "update_alpha",
-    "__version__",
-]
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
+    from .callback import AERCallback
+    from .config import AERConfig, AERGRPOConfig
+    from .controller import AERController, difficulty_coefficients
+    from .evaluation.callback import PassAtKCallback
+    from .evaluation.harness import EvalArguments, evaluate
+    from .registry import Method, TokenBatch, get_method, methods, register_method
+    from .rewards import math_accuracy_reward
+    from .trainer import AERGRPOTrainer

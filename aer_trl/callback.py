@@ -61,7 +61,7 @@ class AERCallback(TrainerCallback, ExportableState):
             "gate": gate,
         }
         self.pending_entropy: float | None = None
-        # the run's settings (AERConfig.run_settings), set by the trainer and saved with the state, so that a resume
+        # the run's settings (`run_settings`), set by the trainer and saved with the state, so that a resume
         # can say which settings changed since the checkpoint
         self.settings: dict | None = None
 
@@ -113,7 +113,7 @@ class AERCallback(TrainerCallback, ExportableState):
         self._apply_pending()
         # A checkpoint must end an AER iteration to resume exactly: the entropy of a rollout batch is summed over its
         # optimizer steps and α moves once at its end. Saves inside a rollout batch come only from the end of
-        # training (save_steps is aligned in AERConfig): that one is not written (the final model still is, by
+        # training (save_steps is aligned in AERGRPOConfig): that one is not written (the final model still is, by
         # save_model), so resuming picks the last checkpoint at a rollout boundary and replays the rest exactly.
         steps = rollout_steps(args)
         if control.should_save and getattr(args, "aer_enabled", True) and steps and state.global_step % steps:

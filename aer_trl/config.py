@@ -1,8 +1,7 @@
-"""`AERConfig`: TRL's `GRPOConfig` plus the `aer_*` fields (docs/design.md)."""
+"""`AERGRPOConfig` (alias `AERConfig`): TRL's `GRPOConfig` plus the `aer_*` fields (docs/design.md)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -12,13 +11,13 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .compat import has_activation_checkpointing
-from .config_checks import renamed_keys_message, validate_aer
+from .config_checks import validate_aer
 from .registry import TOKEN_LEVEL_LOSSES, get_method, methods
 
 logger = logging.getLogger(__name__)
 
 # Fields that do not shape the trained model: where and how often it logs, saves, evaluates and pushes; left out of
-# `AERConfig.run_settings`, so a resume with another output_dir or logging_steps is not reported as a change.
+# `AERGRPOConfig.run_settings`, so a resume with another output_dir or logging_steps is not reported as a change.
 _BOOKKEEPING = re.compile(
     r"(logging|log|save|hub|trackio|eval|do|include|dataloader|vllm_server|vllm_group)_.*|.*_full_eval|"
     r"output_dir|overwrite_output_dir|run_name|project|report_to|push_to_hub|resume_from_checkpoint|"
@@ -55,7 +54,7 @@ def describe_changes(changes: dict[str, tuple]) -> str:
 
 
 @dataclass
-class AERConfig(GRPOConfig):
+class AERGRPOConfig(GRPOConfig):
     r"""
     Configuration for [`AERGRPOTrainer`]: every field of `trl.GRPOConfig` plus Adaptive Entropy Regularization.
 
@@ -438,8 +437,8 @@ class AERConfig(GRPOConfig):
                 raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
 
     @classmethod
-    def from_grpo_config(cls, grpo_config: GRPOConfig, **aer_fields) -> AERConfig:
-        """An AERConfig with every field a `GRPOConfig` was built with, plus `aer_fields` (e.g. aer_tau=0.4)."""
+    def from_grpo_config(cls, grpo_config: GRPOConfig, **aer_fields) -> AERGRPOConfig:
+        """An AERGRPOConfig with every field a `GRPOConfig` was built with, plus `aer_fields` (e.g. aer_tau=0.4)."""
         from dataclasses import fields
 
         values = {f.name: getattr(grpo_config, f.name) for f in fields(grpo_config) if f.init}
@@ -448,15 +447,5 @@ class AERConfig(GRPOConfig):
         return cls(**{**values, **aer_fields})
 
 
-_dataclass_init = AERConfig.__init__
-
-
-@functools.wraps(_dataclass_init)
-def _init_refusing_renamed_keys(self, *args, **kwargs):
-    message = renamed_keys_message(kwargs, "AERConfig")
-    if message:
-        raise TypeError(message)
-    _dataclass_init(self, *args, **kwargs)
-
-
-AERConfig.__init__ = _init_refusing_renamed_keys
+# The name of earlier releases of this README and its notebooks; TRL pairs `GRPOConfig` with `GRPOTrainer`.
+AERConfig = AERGRPOConfig

@@ -1,4 +1,4 @@
-"""`AERConfig`'s checks of its AER fields: a wrong value is refused with its name and what was expected."""
+"""`AERGRPOConfig`'s checks of its AER fields: a wrong value is refused with its name and what was expected."""
 
 from __future__ import annotations
 
@@ -6,26 +6,9 @@ import math
 
 from .controller import STEPS
 
-# Keys renamed before the first release, old -> new. An old key is refused with the new name wherever a setting
-# comes in (AERConfig(...), a recipe file, a command-line flag); the real-LLM studies' records trained under the
-# old names keep their identity (studies/real_study/spec.py: `settings_hash`).
-RENAMED_KEYS = {
-    "aer_telemetry": "aer_measurements",  # it switches AER's measurements (and their outputs) on for any method
-    "aer_target_entropy": "aer_fixed_target",  # one name for a fixed H* (the controller's `fixed_target`)
-    "entropy_target_ratio": "aer_trl_target_ratio",  # ours, over TRL's `entropy_target`: not one of TRL's keys
-}
-
-
-def renamed_keys_message(keys, where: str) -> str | None:
-    """What to say when `keys` (setting names) holds a renamed one, else None."""
-    old = [k for k in keys if k in RENAMED_KEYS]
-    if not old:
-        return None
-    return f"{where}: " + "; ".join(f"`{k}` is now `{RENAMED_KEYS[k]}`" for k in old) + " (renamed in aer_trl 0.1.0)"
-
 
 def validate_aer(self) -> None:
-    """Raises ValueError naming the field when an AER setting of `self` (an AERConfig) is out of range."""
+    """Raises ValueError naming the field when an AER setting of `self` (an AERGRPOConfig) is out of range."""
 
     def finite(name: str, value) -> float:
         try:

@@ -207,11 +207,11 @@ class AERController:
 
     ``observe(entropy)`` is called once per AER iteration (one rollout batch) with the measured policy entropy:
     the first call anchors H0 and H* = τ·H0 (unless ``fixed_target`` is given), then α is updated.
-    With ``anchor_rollouts = k > 1`` (ours, not the paper's: `AERConfig.aer_anchor_rollouts`), H0 is the mean of the
+    With ``anchor_rollouts = k > 1`` (ours, not the paper's: `aer_anchor_rollouts`), H0 is the mean of the
     first k measurements and α stays at its initial value until H0 is known (there is no target before it).
 
     Names: ``target`` is H* (what α steers towards); ``fixed_target`` is the optional fixed H* that replaces τ·H0
-    (``AERConfig.aer_fixed_target``).
+    (``AERGRPOConfig.aer_fixed_target``).
     """
 
     tau: float = 0.4
@@ -248,7 +248,7 @@ class AERController:
         return self.tau * self.initial_entropy
 
     def anchor(self, entropy: float) -> None:
-        """Sets H0 from a measurement made before the first rollout batch (`AERConfig.aer_anchor_probe`, ours); the
+        """Sets H0 from a measurement made before the first rollout batch (`AERGRPOConfig.aer_anchor_probe`, ours); the
         rollout batches then only steer α. A second anchor, or one after H0 is known, is an error."""
         entropy = float(entropy)
         if not math.isfinite(entropy) or entropy <= 0:

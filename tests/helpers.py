@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from datasets import Dataset
 
-from aer_trl import AERConfig, AERGRPOTrainer
+from aer_trl import AERGRPOConfig, AERGRPOTrainer
 from aer_trl.lab.model import build_tiny_qwen3
 from aer_trl.lab.tokenizer import build_char_tokenizer
 from aer_trl.studies import real_study
@@ -79,8 +79,8 @@ def config_kwargs(output_dir, **overrides) -> dict:
     return kwargs
 
 
-def make_config(output_dir, **overrides) -> AERConfig:
-    return AERConfig(**config_kwargs(output_dir, **overrides))
+def make_config(output_dir, **overrides) -> AERGRPOConfig:
+    return AERGRPOConfig(**config_kwargs(output_dir, **overrides))
 
 
 def make_trainer(tokenizer, args, seed: int = 0, reward_funcs=None, **kwargs) -> AERGRPOTrainer:

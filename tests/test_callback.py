@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from aer_trl import AERCallback, AERConfig
+from aer_trl import AERCallback, AERGRPOConfig
 
 
 def args(steps_per_generation=2, num_iterations=1, gradient_accumulation_steps=1, aer_enabled=True):
@@ -55,7 +55,7 @@ def test_a_checkpointed_callback_restores_through_transformers_and_continues_the
 
 
 def test_from_args_reads_the_config_fields(tmp_path):
-    config = AERConfig(
+    config = AERGRPOConfig(
         output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[],
         aer_tau=0.3, aer_eta=0.02, aer_alpha_init=0.01, aer_alpha_max=0.2, aer_fixed_target=0.9,
         aer_anchor_rollouts=2, aer_step="pi", aer_pi_kp=0.3, aer_pi_ki=0.05, aer_gate=True,

@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from aer_trl import AERConfig
+from aer_trl import AERGRPOConfig
 from aer_trl.compat import cache_kwarg, has_activation_checkpointing
 from aer_trl.evaluation import sample_completions
 from tests import helpers
@@ -26,7 +26,7 @@ def _ours(caught) -> list[str]:
 def test_checkpointing_set_by_either_name_without_a_warning(tmp_path, given):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        config = AERConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **given)
+        config = AERGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **given)
     assert _ours(caught) == []
     expected = given.get("gradient_checkpointing", True)  # TRL's default: on
     assert config.gradient_checkpointing is expected

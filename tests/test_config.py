@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from aer_trl import AERConfig
+from aer_trl import AERGRPOConfig
 from tests.helpers import make_config
 
 BASE = dict(output_dir="/tmp/aer-config-test", use_cpu=True, bf16=False, report_to="none")
@@ -43,11 +43,11 @@ BASE = dict(output_dir="/tmp/aer-config-test", use_cpu=True, bf16=False, report_
 )
 def test_invalid_values_raise_clear_errors(overrides, message):
     with pytest.raises(ValueError, match=message):
-        AERConfig(**BASE, **overrides)
+        AERGRPOConfig(**BASE, **overrides)
 
 
 def test_defaults_are_the_papers():
-    cfg = AERConfig(**BASE)
+    cfg = AERGRPOConfig(**BASE)
     assert (cfg.aer_rho, cfg.aer_tau, cfg.aer_eta, cfg.aer_alpha_init) == (0.2, 0.4, 0.005, 0.0)
     assert cfg.aer_difficulty_aware and cfg.aer_adaptive and cfg.aer_fixed_target is None
     assert cfg.aer_bonus_quantile == 1.0 and cfg.aer_anchor_rollouts == 1  # ours, off unless asked for
@@ -57,13 +57,13 @@ def test_defaults_are_the_papers():
 def test_every_aer_field_has_help():
     import dataclasses
 
-    for f in dataclasses.fields(AERConfig):
+    for f in dataclasses.fields(AERGRPOConfig):
         if f.name.startswith("aer_"):
             assert f.metadata.get("help"), f.name
 
 
 def test_correctness_reward_index_from_cli_string():
-    assert AERConfig(**BASE, aer_correctness_reward="1").aer_correctness_reward == 1
+    assert AERGRPOConfig(**BASE, aer_correctness_reward="1").aer_correctness_reward == 1
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_correctness_reward_index_from_cli_string():
     ],
 )
 def test_clipping_keys_are_resolved_without_silent_overrides(tmp_path, overrides, expected):
-    config = AERConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **overrides)
+    config = AERGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **overrides)
     assert (config.epsilon, config.epsilon_high) == expected
 
 
@@ -95,7 +95,7 @@ def test_clipping_keys_are_resolved_without_silent_overrides(tmp_path, overrides
 )
 def test_conflicting_clipping_keys_are_refused(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
-        AERConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **overrides)
+        AERGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, **overrides)
 
 
 def test_from_grpo_config_keeps_every_field(tmp_path):
@@ -109,7 +109,7 @@ def test_from_grpo_config_keeps_every_field(tmp_path):
         num_generations=4,
         steps_per_generation=2,
     )
-    aer = AERConfig.from_grpo_config(grpo, aer_tau=0.5)
+    aer = AERGRPOConfig.from_grpo_config(grpo, aer_tau=0.5)
     assert (aer.learning_rate, aer.num_generations, aer.steps_per_generation, aer.aer_tau) == (3e-6, 4, 2, 0.5)
 
 
@@ -118,9 +118,9 @@ def test_a_budget_ending_inside_a_rollout_batch_is_warned_about(tmp_path, caplog
         output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8, steps_per_generation=4
     )
     with caplog.at_level("WARNING", logger="aer_trl.config"):
-        AERConfig(max_steps=300, **common)  # 75 whole rollout batches of 4 steps
+        AERGRPOConfig(max_steps=300, **common)  # 75 whole rollout batches of 4 steps
         assert "ends inside a rollout batch" not in caplog.text
-        AERConfig(max_steps=302, **common)
+        AERGRPOConfig(max_steps=302, **common)
     assert "max_steps=302 ends inside a rollout batch (4 optimizer steps each)" in caplog.text
 
 
@@ -136,28 +136,19 @@ def test_run_settings_are_what_shapes_the_model_not_bookkeeping(tmp_path):
     assert settings_changes({"gone": 1, "aer_tau": 0.4}, b) == {"aer_tau": (0.4, 0.3)}  # fields of another version
 
 
-def test_renamed_keys_are_refused_with_their_new_names(tmp_path):
-    """A key renamed before 0.1.0 (`config_checks.RENAMED_KEYS`) is refused wherever a setting comes in -- the
-    constructor, a recipe file, a command-line flag -- with the new name, never silently dropped or taken."""
-    from aer_trl.config_checks import RENAMED_KEYS
+def test_an_unknown_key_is_refused_by_name(tmp_path):
+    """A key no dataclass of the recipe knows (a typo, a name of another tool) is refused with its name, in the
+    constructor, a recipe file and a command-line flag; never silently dropped."""
     from aer_trl.training import parse_recipe
 
-    assert RENAMED_KEYS == {
-        "aer_telemetry": "aer_measurements",
-        "aer_target_entropy": "aer_fixed_target",
-        "entropy_target_ratio": "aer_trl_target_ratio",
-    }
-    with pytest.raises(TypeError, match="`aer_target_entropy` is now `aer_fixed_target`"):
+    with pytest.raises(TypeError, match="aer_target_entropy"):
         make_config(tmp_path, aer_target_entropy=1.0)
     recipe = tmp_path / "old.yaml"
-    recipe.write_text("method: aer\naer_telemetry: true\n")
-    with pytest.raises(ValueError, match=r"old\.yaml: `aer_telemetry` is now `aer_measurements`"):
+    recipe.write_text("method: aer\nuse_cpu: true\nbf16: false\naer_telemetry: true\n")
+    with pytest.raises(ValueError, match="aer_telemetry"):
         parse_recipe(["--config", str(recipe), "--output_dir", str(tmp_path)])
-    with pytest.raises(ValueError, match="command line: `entropy_target_ratio` is now `aer_trl_target_ratio`"):
-        parse_recipe(["--output_dir", str(tmp_path), "--entropy_target_ratio=0.4"])
-    for new in RENAMED_KEYS.values():
-        assert new in AERConfig.__dataclass_fields__
-    assert not set(RENAMED_KEYS) & set(AERConfig.__dataclass_fields__)
+    with pytest.raises(ValueError, match="entropy_target_ratio"):
+        parse_recipe(["--output_dir", str(tmp_path), "--use_cpu", "--bf16=false", "--entropy_target_ratio=0.4"])
 
 
 def test_use_cache_is_dropped_from_generation_kwargs_only_for_vllm(tmp_path):

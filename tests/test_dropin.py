@@ -3,7 +3,7 @@
 import pytest
 from trl import GRPOConfig, GRPOTrainer
 
-from aer_trl import AERConfig, AERGRPOTrainer
+from aer_trl import AERGRPOConfig, AERGRPOTrainer
 from tests import helpers
 
 
@@ -31,13 +31,13 @@ def test_trls_entropy_options_work_with_trls_method_as_trl_defines_them(tmp_path
     common = helpers.config_kwargs(tmp_path / "trl", max_steps=2, **options)
     reference = _trainer(GRPOTrainer, GRPOConfig(**common))
     reference.train()
-    ours = _trainer(AERGRPOTrainer, AERConfig(**{**common, "output_dir": str(tmp_path / "ours")}, method="grpo"))
+    ours = _trainer(AERGRPOTrainer, AERGRPOConfig(**{**common, "output_dir": str(tmp_path / "ours")}, method="grpo"))
     ours.train()
     losses = [[r["loss"] for r in t.state.log_history if "loss" in r] for t in (reference, ours)]
     assert losses[0] == losses[1]  # bit for bit: the option is TRL's, untouched
     # with the AER bonus in the same run it is refused, naming both
     with pytest.raises(ValueError, match="AER has its own entropy bonus"):
-        AERConfig(**common)
+        AERGRPOConfig(**common)
 
 
 def _card(trainer, out):
@@ -51,7 +51,7 @@ def test_trls_method_trains_logs_and_writes_its_card_exactly_as_trl(tmp_path):
     common = helpers.config_kwargs(tmp_path / "trl", max_steps=2)
     reference = _trainer(GRPOTrainer, GRPOConfig(**common))
     reference.train()
-    ours = _trainer(AERGRPOTrainer, AERConfig(**common, method="grpo"))  # same output_dir: the card names it
+    ours = _trainer(AERGRPOTrainer, AERGRPOConfig(**common, method="grpo"))  # same output_dir: the card names it
     assert ours.args.aer_measurements is False
     ours.train()
     logs = [[r for r in t.state.log_history if "loss" in r] for t in (reference, ours)]
@@ -85,15 +85,15 @@ def test_a_plain_grpo_config_with_trls_entropy_bonus_trains_trls_method(tmp_path
 
 def test_save_steps_untouched_for_trls_methods(tmp_path):
     kw = helpers.config_kwargs(tmp_path, steps_per_generation=2, save_strategy="steps", save_steps=1)
-    assert AERConfig(**kw, method="grpo").save_steps == 1
-    assert AERConfig(**kw, method="aer").save_steps == 2  # an AER iteration cannot be resumed from its middle
+    assert AERGRPOConfig(**kw, method="grpo").save_steps == 1
+    assert AERGRPOConfig(**kw, method="aer").save_steps == 2  # an AER iteration cannot be resumed from its middle
 
 
 def test_a_plain_grpo_config_is_accepted(tmp_path):
     grpo = GRPOConfig(**helpers.config_kwargs(tmp_path, max_steps=1, learning_rate=3e-3))
     trainer = _trainer(AERGRPOTrainer, grpo)
-    assert isinstance(trainer.args, AERConfig) and trainer.args.learning_rate == 3e-3
-    assert trainer.args.method == "aer" and trainer.args.aer_tau == AERConfig.aer_tau
+    assert isinstance(trainer.args, AERGRPOConfig) and trainer.args.learning_rate == 3e-3
+    assert trainer.args.method == "aer" and trainer.args.aer_tau == AERGRPOConfig.aer_tau
     trainer.train()
 
 

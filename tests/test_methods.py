@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aer_trl import AERConfig
+from aer_trl import AERGRPOConfig
 from aer_trl.methods import clip_cov_mask, ent_adv_advantages, kl_cov_advantages, token_covariance
 from aer_trl.registry import methods as registered_methods
 from tests import helpers
@@ -93,17 +93,17 @@ BASE = dict(output_dir="/tmp/aer-methods", use_cpu=True, bf16=False, report_to="
 )
 def test_invalid_combinations_are_refused(overrides, message):
     with pytest.raises(ValueError, match=message):
-        AERConfig(**BASE, **overrides)
+        AERGRPOConfig(**BASE, **overrides)
 
 
 def test_methods_set_the_papers_settings():
-    assert AERConfig(**BASE, method="clip_higher").epsilon_high == 0.28
-    cov = AERConfig(**BASE, method="clip_cov")
+    assert AERGRPOConfig(**BASE, method="clip_higher").epsilon_high == 0.28
+    cov = AERGRPOConfig(**BASE, method="clip_cov")
     assert (cov.epsilon, cov.epsilon_high) == (1.0, 1.0)
-    assert AERConfig(**BASE, method="skywork").use_adaptive_entropy
-    c2c3 = AERConfig(**BASE, method="aer_c2c3")
+    assert AERGRPOConfig(**BASE, method="skywork").use_adaptive_entropy
+    c2c3 = AERGRPOConfig(**BASE, method="aer_c2c3")
     assert not c2c3.aer_difficulty_aware and c2c3.aer_adaptive
-    grpo = AERConfig(**BASE, method="grpo")
+    grpo = AERGRPOConfig(**BASE, method="grpo")
     assert grpo.aer_alpha_init == 0 and not grpo.aer_adaptive
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from trl import ModelConfig, TrlParser
 
-from aer_trl import AERConfig
+from aer_trl import AERGRPOConfig
 from aer_trl.registry import get_method
 from aer_trl.resources import recipe_path, recipes_dir
 from aer_trl.training import AERScriptArguments
@@ -20,14 +20,14 @@ CPU = ["--bf16", "false", "--use_cpu", "true"]  # the paper recipes ask for bf16
 
 
 def parse(path, *extra):
-    parser = TrlParser((AERScriptArguments, AERConfig, ModelConfig))
+    parser = TrlParser((AERScriptArguments, AERGRPOConfig, ModelConfig))
     return parser.parse_args_and_config(args=["--config", str(path), *CPU, *extra])
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_recipe_loads_in_strict_mode(recipe):
     _, training_args, _ = parse(recipe)
-    assert isinstance(training_args, AERConfig)
+    assert isinstance(training_args, AERGRPOConfig)
     if recipe.stem == "aer":  # the recommended AER settings may name a registry variant of AER (e.g. aer_cap)
         assert get_method(training_args.method).aer
     else:

@@ -274,7 +274,7 @@ def test_works_with_peft_lora(tmp_path, tokenizer):
 
 
 def test_requires_a_grpo_config_and_valid_correctness_reward(tmp_path, tokenizer):
-    with pytest.raises(TypeError, match="AERConfig or a trl.GRPOConfig"):
+    with pytest.raises(TypeError, match="AERGRPOConfig or a trl.GRPOConfig"):
         helpers.make_trainer(tokenizer, {"output_dir": str(tmp_path)}, reward_funcs=[helpers.always_correct])
     with pytest.raises(ValueError, match="aer_correctness_reward='nope' is not one of"):
         helpers.make_trainer(
@@ -341,29 +341,6 @@ def test_resume_continues_the_same_alpha_trajectory(tmp_path, tokenizer, restore
     assert alphas(resumed) == alphas(full)
     assert (b.initial_entropy, b.target, b.iteration) == (a.initial_entropy, a.target, a.iteration)
     assert isinstance(resumed.aer_callback, AERCallback)
-
-
-def test_a_checkpoint_saved_under_the_old_key_names_resumes(tmp_path, tokenizer):
-    """A checkpoint written before the renames (config_checks.RENAMED_KEYS): the callback's saved arguments name
-    `absolute_target`, its settings the old keys; it resumes as any other, also where transformers rebuilds the
-    callback from those arguments, and no setting is reported changed."""
-    from aer_trl.config_checks import RENAMED_KEYS
-
-    common = dict(
-        aer_tau=1.0, aer_eta=0.01, aer_alpha_init=0.02, max_steps=4, save_strategy="steps", save_steps=2,
-        learning_rate=5e-2, restore_callback_states_from_checkpoint=True,
-    )  # fmt: skip
-    full = train_aer(tmp_path / "full", tokenizer, **common)
-    path = tmp_path / "full" / "checkpoint-2" / "trainer_state.json"
-    state = json.loads(path.read_text())
-    entry = state["stateful_callbacks"]["AERCallback"]
-    entry["args"]["absolute_target"] = entry["args"].pop("fixed_target")
-    for old, new in RENAMED_KEYS.items():
-        entry["attributes"]["settings"][old] = entry["attributes"]["settings"].pop(new)
-    path.write_text(json.dumps(state))
-    resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "resumed", **common))
-    resumed.train(resume_from_checkpoint=str(path.parent))
-    assert alphas(resumed) == alphas(full) and resumed.aer_resume_changes == {}
 
 
 def test_a_finished_run_started_again_trains_nothing_more(tmp_path, tokenizer, caplog):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aer_trl import AERConfig
+from aer_trl import AERGRPOConfig
 from aer_trl.studies import demo
 from tests import helpers
 
@@ -97,7 +97,7 @@ def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anyth
         with pytest.raises(RuntimeError, match=f"another run is training into it \\(process {holder.pid}\\)"):
             train.main(lab_argv(tmp_path, "--max_steps", "1"))
         assert sorted(p.name for p in run.iterdir()) == sorted([RUN_LOCK, f"{RUN_LOCK}.held"])  # nothing written
-    fd = lock_output_dir(AERConfig(output_dir=str(run), use_cpu=True, bf16=False, report_to="none"))
+    fd = lock_output_dir(AERGRPOConfig(output_dir=str(run), use_cpu=True, bf16=False, report_to="none"))
     assert fd is not None  # the killed holder's lock is gone
     os.close(fd)
 
@@ -199,7 +199,7 @@ def test_cpu_runs_use_the_machines_cores(tmp_path, monkeypatch):
 
     from aer_trl.training import use_cpu_cores
 
-    config = AERConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
+    config = AERGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)  # what `accelerate launch` leaves a CPU child with (OMP_NUM_THREADS=1)

@@ -300,7 +300,7 @@ def _tail(path: Path, n: int = 600) -> str:
 
 def test_every_shipped_recipe_samples_with_vllm():
     """`use_vllm: true` on any shipped recipe: TRL hands its `generation_kwargs` to vLLM's `SamplingParams`, which
-    refused the CPU recipes' `use_cache` on an H100 ("Unexpected keyword argument"); AERConfig drops that key."""
+    refused the CPU recipes' `use_cache` on an H100 ("Unexpected keyword argument"); AERGRPOConfig drops that key."""
     from vllm import SamplingParams
 
     from tests.test_recipes import RECIPES, parse

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import yaml
 
-from ...config_checks import RENAMED_KEYS
 from ...resources import recipes_dir
 
 RECIPES = recipes_dir("smollm2_135m_instruct/arithmetic")  # shipped inside the package
@@ -102,6 +101,14 @@ class Study:
 # equal on SmolLM2). Like the thread count, they are left out of a cell's identity, so records made before one was
 # switched on stay the same cells.
 EXECUTION_KEYS = ("share_prompt_generation",)
+
+# Settings renamed before aer_trl's first release, their old names -> new: a cell's identity hashes the old name, so
+# a record trained before a rename is the same cell after it.
+RENAMED_KEYS = {
+    "aer_telemetry": "aer_measurements",
+    "aer_target_entropy": "aer_fixed_target",
+    "entropy_target_ratio": "aer_trl_target_ratio",
+}
 
 
 def settings_hash(settings: dict) -> str:
