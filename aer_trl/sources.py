@@ -156,7 +156,7 @@ def _lab_load(split, args, fmt):
     from .lab.tasks import make_arithmetic_dataset
 
     if split != "train":
-        raise ValueError("the lab's held-out problems are built by `aer_trl.studies.demo` (held_out_set)")
+        raise ValueError("the lab's held-out problems are built by `aer_bench.studies.demo` (held_out_set)")
     return make_arithmetic_dataset(
         _field(args, "lab_train_size", 4096), seed=_field(args, "lab_data_seed", 0), tiers=_field(args, "lab_tiers")
     )

@@ -3,7 +3,7 @@
 For each run folder (with metrics.jsonl), over the second half of training: the relative distance |H_t − H*| / H*,
 its median and 90th percentile, with H* the AER target (τ·H0, the same reference for GRPO, which logs it too).
 
-    python -m aer_trl.studies.demo --seeds 0 1 2 --output_dir runs/demo3
+    python -m aer_bench.studies.demo --seeds 0 1 2 --output_dir runs/demo3
     python benchmarks/entropy_tracking.py runs/demo3
     python benchmarks/entropy_tracking.py runs/ablation/cells/grpo-* runs/ablation/cells/aer-*   # ablation runs
 """

@@ -163,7 +163,7 @@ def device_calls(parts: list[Path], sha256: str, smoke: str) -> list[dict]:
                 f"set -e; mkdir -p /tmp/carry /tmp/site && cp {carry}/* /tmp/carry/ && "
                 f"cat /tmp/carry/{stream}.* > /tmp/{stream} && echo '{sha256}  /tmp/{stream}' | sha256sum -c && "
                 f"tar -xJf /tmp/{stream} -C /tmp/site && rm /tmp/{stream} && "
-                "export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 && "
+                "export PYTHONPATH=/tmp/site:$PWD:$PWD/bench PYTHONUNBUFFERED=1 && "
                 f"{smoke} 2>&1 | tee $OUT/gpu_smoke.log; cp runs/gpu_smoke/smoke.json $OUT/ || true"
             )
         calls.append({"command": command, "carry": [carry]})

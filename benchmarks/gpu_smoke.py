@@ -108,7 +108,10 @@ def sampler_setting() -> str:
 
 def run(cmd: list[str], log: Path, timeout: int) -> tuple[int, float]:
     """A subprocess with its output in `log` (the tail printed on failure); (return code, seconds)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "bench"), os.environ.get("PYTHONPATH")])),
+    )
     env.update(sampler_env())
     env.setdefault("HF_HUB_OFFLINE", "1")
     start = time.perf_counter()

@@ -47,7 +47,7 @@ def test_entropy_tracking_reads_demo_metrics(tmp_path, capsys):
 
 
 def tiny():
-    from aer_trl.studies.demo import QUICK_OVERRIDES
+    from aer_bench.studies.demo import QUICK_OVERRIDES
 
     return [*QUICK_OVERRIDES, "--max_steps", "4"]  # one rollout batch: its entropy is measured
 

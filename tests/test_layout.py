@@ -27,7 +27,8 @@ def _lint_imports(cwd: Path, env_path: Path | None = None) -> subprocess.Complet
 def _floors() -> list[str]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     floors = next(c for c in config["contracts"] if c["id"] == "floors")
-    return [m.strip() for layer in floors["layers"] for m in layer.replace("|", ":").split(":")]
+    (container,) = floors["containers"]
+    return [f"{container}.{m.strip()}" for layer in floors["layers"] for m in layer.replace("|", ":").split(":")]
 
 
 def test_the_contracts_are_kept():
@@ -51,14 +52,16 @@ def test_every_module_has_a_place_on_a_floor():
 
 
 def test_an_upward_import_breaks_the_floors(tmp_path):
-    """A copy of the package where the pure controller imports the training run: lint-imports must fail on it."""
+    """A copy of the library and the bench where the pure controller imports the training run and the library imports
+    the bench: lint-imports must fail on both."""
     shutil.copytree(PACKAGE, tmp_path / "aer_trl", ignore=shutil.ignore_patterns("__pycache__", "recipes"))
+    shutil.copytree(ROOT / "bench" / "aer_bench", tmp_path / "aer_bench", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     controller = tmp_path / "aer_trl" / "controller.py"
     controller.write_text(controller.read_text() + "\nfrom . import training  # noqa: E402, F401\n")
-    lab = tmp_path / "aer_trl" / "lab" / "tasks.py"
-    lab.write_text(lab.read_text() + "\nfrom ..studies import demo  # noqa: E402, F401\n")
+    rewards = tmp_path / "aer_trl" / "rewards.py"
+    rewards.write_text(rewards.read_text() + "\nfrom aer_bench import stats  # noqa: E402, F401\n")
     result = _lint_imports(tmp_path, env_path=tmp_path)
     assert result.returncode != 0
     assert "aer_trl.controller -> aer_trl.training" in result.stdout
-    assert "aer_trl.lab.tasks -> aer_trl.studies.demo" in result.stdout
+    assert "aer_trl.rewards -> aer_bench.stats" in result.stdout

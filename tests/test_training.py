@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from aer_bench.studies import demo
 
 from aer_trl import AERGRPOConfig
-from aer_trl.studies import demo
 from tests import helpers
 
 ROOT = Path(__file__).resolve().parents[1]

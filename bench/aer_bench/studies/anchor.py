@@ -1,7 +1,7 @@
 """How much a steadier anchor narrows H* across seeds (docs/real_llm.md §3.4), from committed records alone.
 
-    python -m aer_trl.studies.anchor results/real_llm/*/study.yaml [--probe_record F] [--docs docs/real_llm.md]
-    python -m aer_trl.studies.anchor --measure_probe 32 --seeds 0 1 ... --probe_record F   # the probe's runs
+    python -m aer_bench.studies.anchor results/real_llm/*/study.yaml [--probe_record F] [--docs docs/real_llm.md]
+    python -m aer_bench.studies.anchor --measure_probe 32 --seeds 0 1 ... --probe_record F   # the probe's runs
 
 With α₀ = 0 and `aer_anchor_rollouts: k`, α cannot move before H0 is known, so AER's first k rollout batches are
 GRPO's and its H0 would be the mean entropy of GRPO's first k rollout batches on the same seed. Over every GRPO
@@ -22,8 +22,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from ..io import atomic_write
-from ..metrics import read_metrics
+from aer_trl.io import atomic_write
+from aer_trl.metrics import read_metrics
+
 from .real_study import load_study, read_record, replace_block
 
 KS = (1, 2, 3, 4, 5)
@@ -96,7 +97,7 @@ def probe_table(record: dict) -> str:
 def measure_probe(prompts: int, seeds: list[int], record_path: Path, recipe: Path, output_dir: Path | None) -> dict:
     """One training step of `recipe` per seed with `aer_anchor_probe: prompts`; records the probe's H0 and the first
     rollout batch's entropy per seed (resumable: seeds already in the record are skipped)."""
-    from ..training import train_recipe
+    from aer_trl.training import train_recipe
 
     record = json.loads(record_path.read_text()) if record_path.is_file() else {"seeds": {}}
     if record["seeds"] and record.get("probe_prompts") != prompts:

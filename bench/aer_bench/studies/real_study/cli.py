@@ -1,4 +1,4 @@
-"""The command line (`python -m aer_trl.studies.real_study`, `aer-real-study`): parse, queue, tables, docs."""
+"""The command line (`python -m aer_bench.studies.real_study`, `aer-real-study`): parse, queue, tables, docs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .tables import tables, update_docs
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(
-        prog="python -m aer_trl.studies.real_study" if sys.argv[0].endswith("__main__.py") else None,
+        prog="python -m aer_bench.studies.real_study" if sys.argv[0].endswith("__main__.py") else None,
         description=sys.modules[__package__].__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,

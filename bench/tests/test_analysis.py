@@ -1,10 +1,9 @@
-"""aer_trl.analysis: per-token entropy and its gradient, hand-computed; token classes of a completion."""
+"""aer_bench.analysis: per-token entropy and its gradient, hand-computed; token classes of a completion."""
 
 import math
 
 import torch
-
-from aer_trl.analysis import REPORTED, entropy_and_gradient, token_classes, tokens_table
+from aer_bench.analysis import REPORTED, entropy_and_gradient, token_classes, tokens_table
 
 
 def test_entropy_and_gradient_hand_computed():

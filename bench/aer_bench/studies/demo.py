@@ -3,11 +3,11 @@
 Writes, under --output_dir: one folder per run (model, metrics.jsonl), `figure.png` (entropy with H*, α, reward,
 accuracy per tier, response length, held-out pass@k), `passk.md` / `results.json`, and prints the table and timings.
 
-    python -m aer_trl.studies.demo --output_dir runs/demo          # ~3 minutes on 2 CPU cores (warm start included)
-    python -m aer_trl.studies.demo --seeds 0 1 2                       # several seeds (intervals: lab_ablation.py)
-    python -m aer_trl.studies.demo --quick                             # the whole pipeline in seconds (tests)
-    python -m aer_trl.studies.demo --methods grpo clip_higher ent_adv aer --output_dir runs/methods   # any methods
-    python -m aer_trl.studies.demo --learning_rate 1e-4 --max_steps 600   # any other flag goes to every recipe
+    python -m aer_bench.studies.demo --output_dir runs/demo          # ~3 minutes on 2 CPU cores (warm start included)
+    python -m aer_bench.studies.demo --seeds 0 1 2                       # several seeds (intervals: lab_ablation.py)
+    python -m aer_bench.studies.demo --quick                             # the whole pipeline in seconds (tests)
+    python -m aer_bench.studies.demo --methods grpo clip_higher ent_adv aer --output_dir runs/methods   # any methods
+    python -m aer_bench.studies.demo --learning_rate 1e-4 --max_steps 600   # any other flag goes to every recipe
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import json
 import time
 from pathlib import Path
 
-from ..lab.tasks import make_arithmetic_dataset
-from ..metrics import read_metrics
-from ..resources import recipes_dir
-from ..training import train_recipe
+from aer_trl.lab.tasks import make_arithmetic_dataset
+from aer_trl.metrics import read_metrics
+from aer_trl.resources import recipes_dir
+from aer_trl.training import train_recipe
+
 from .report import evaluate_pass_at_k, passk_markdown, plot_entropy, plot_runs, summary_markdown
 
 RECIPES = recipes_dir("lab")  # shipped inside the package: the demo runs from a wheel too
@@ -46,7 +47,7 @@ def held_out_set(per_tier: int, train_prompts: set[str]):
     (the 1-digit tiers have only 100 and 64 distinct problems, all seen in training: there, a fresh draw)."""
     from datasets import concatenate_datasets
 
-    from ..lab.tasks import TIERS
+    from aer_trl.lab.tasks import TIERS
 
     parts = []
     for tier in TIERS:
@@ -84,7 +85,7 @@ def main(argv=None) -> dict:
         overrides_common += ["--max_steps", str(args.max_steps)]
 
     # the warm start is built (or found in the cache) first and timed on its own, not charged to the first method
-    from ..lab.warmstart import WARM_START_PRESETS, build_warm_start
+    from aer_trl.lab.warmstart import WARM_START_PRESETS, build_warm_start
 
     start = time.perf_counter()
     preset = (

@@ -4,16 +4,15 @@ import json
 from pathlib import Path
 
 import pytest
-
-from aer_trl.studies import real_study, tradeoff
-from tests import helpers
+import study_helpers
+from aer_bench.studies import real_study, tradeoff
 
 
 def _study_with_records(folder: Path, cells: dict[tuple[str, int], tuple[float, int]]):
     """A study (arms grpo and fixed, seeds 0-1) whose cells have (second-half entropy, unmarked completions)."""
-    study = real_study.load_study(helpers.write_study(folder))
+    study = real_study.load_study(study_helpers.write_study(folder))
     for (arm, seed), (entropy, unmarked) in cells.items():
-        helpers.fake_study_record(study, study.arm(arm), seed, 0.6, entropy, unmarked=unmarked)
+        study_helpers.fake_study_record(study, study.arm(arm), seed, 0.6, entropy, unmarked=unmarked)
     real_study.tables(study)
     return study
 
@@ -67,9 +66,9 @@ def test_an_arm_two_studies_train_alike_is_one_arm_and_each_seed_counts_once(tmp
 
 
 def _confirmation(folder: Path, cells: dict[tuple[str, int], tuple[float, int]]):
-    study = real_study.load_study(helpers.write_study(folder, seeds=[0, 1, 2, 3, 4]))
+    study = real_study.load_study(study_helpers.write_study(folder, seeds=[0, 1, 2, 3, 4]))
     for (arm, seed), (entropy, unmarked) in cells.items():
-        helpers.fake_study_record(study, study.arm(arm), seed, 0.6, entropy, unmarked=unmarked)
+        study_helpers.fake_study_record(study, study.arm(arm), seed, 0.6, entropy, unmarked=unmarked)
     real_study.tables(study)
     return study
 
@@ -78,7 +77,7 @@ def test_a_confirmation_is_read_by_its_rule_and_only_when_every_pair_is_in(tmp_p
     # H* = 0.2; 5 seeds: the bar is on target on at least 4 (0.8 of 5) and at most 1 point of answers lost on average
     cells = {("grpo", s): (0.07, 0) for s in range(5)}
     cells |= {("fixed", s): (0.2, 0) for s in range(4)}
-    none = real_study.load_study(helpers.write_study(tmp_path / "none", seeds=[0, 1, 2, 3, 4]))
+    none = real_study.load_study(study_helpers.write_study(tmp_path / "none", seeds=[0, 1, 2, 3, 4]))
     assert "0 of 5 seed pairs recorded" in tradeoff.verdict(none)  # no record yet, no study.json
     partial = _confirmation(tmp_path / "partial", cells)
     assert tradeoff.verdict(partial).endswith("4 of 5 seed pairs recorded; it is read when all are.\n")
@@ -108,13 +107,13 @@ def test_a_confirmation_is_read_by_its_rule_and_only_when_every_pair_is_in(tmp_p
 
 def test_a_confirmation_with_more_than_one_arm_beside_the_reference_is_refused(tmp_path):
     arms = {"grpo": {"recipe": "grpo"}, "a": {"recipe": "aer"}, "b": {"recipe": "aer"}}
-    study = real_study.load_study(helpers.write_study(tmp_path, arms=arms))
+    study = real_study.load_study(study_helpers.write_study(tmp_path, arms=arms))
     with pytest.raises(ValueError, match="one arm beside 'grpo'"):
         tradeoff.verdict(study)
 
 
 def test_the_tradeoff_table_in_the_docs_regenerates_from_the_committed_records():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     studies = [str(p) for p in sorted((root / "results" / "real_llm").glob("*/study.yaml"))]
     table = tradeoff.main(studies)
     block = (root / "docs" / "real_llm.md").read_text().split("<!-- study:tradeoff -->\n", 1)[1]

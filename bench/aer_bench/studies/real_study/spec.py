@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from ...resources import recipes_dir
+from aer_trl.resources import recipes_dir
 
 RECIPES = recipes_dir("smollm2_135m_instruct/arithmetic")  # shipped inside the package
 

@@ -1,4 +1,4 @@
-"""aer_trl.studies.real_study without training: study files, where a cell trains, what its held-out evaluation
+"""aer_bench.studies.real_study without training: study files, where a cell trains, what its held-out evaluation
 samples with, and the tables made from committed records alone."""
 
 import argparse
@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+import study_helpers
 import yaml
+from aer_bench.studies import real_study
 
-from aer_trl.studies import real_study
 from tests import helpers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 KS = (1, 2, 4, 8, 16)
 
@@ -113,7 +114,7 @@ def test_a_finished_cell_drops_its_checkpoints_and_a_failed_one_keeps_them_to_re
 QUEUE = """
 import sys
 from pathlib import Path
-from aer_trl.studies import real_study
+from aer_bench.studies import real_study
 
 study_file, fake_python = sys.argv[1], sys.argv[2]
 sys.executable = fake_python  # train_cell starts `<python> -m aer_trl.run ...`: here a stand-in that sleeps
@@ -133,7 +134,7 @@ def _wait_for(path, proc, seconds=120):
 def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_taken_over(tmp_path):
     """The claim is a lock, not a process id in a file: what the file says (a live queue's claim caught between its
     creation and its write, a reused id) does not matter, and a killed holder's claim is free at once."""
-    study = real_study.load_study(helpers.write_study(tmp_path / "s"))
+    study = real_study.load_study(study_helpers.write_study(tmp_path / "s"))
     arm = study.arm("grpo")
     claim = real_study.record_dir(study, arm, 0) / ".claim"
     claim.parent.mkdir(parents=True)
@@ -152,7 +153,7 @@ def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_t
 def test_a_queue_killed_alone_leaves_its_cell_to_the_training_it_started(tmp_path):
     """`kill PID` of a queue ends the queue, not the training it started: the cell stays claimed until that training
     ends too (a second queue used to start the same cell in the same folder, and both wrote its metrics.jsonl)."""
-    study_file = helpers.write_study(tmp_path / "s")
+    study_file = study_helpers.write_study(tmp_path / "s")
     study = real_study.load_study(study_file)
     started = tmp_path / "training-started"
     fake_python = tmp_path / "python"
@@ -185,11 +186,11 @@ def _parent(proc: Path) -> int | None:
 
 
 def test_a_cell_recorded_by_another_study_is_copied_not_trained_again(tmp_path):
-    first = real_study.load_study(helpers.write_study(tmp_path / "a"))
-    second = real_study.load_study(helpers.write_study(tmp_path / "b"))
+    first = real_study.load_study(study_helpers.write_study(tmp_path / "a"))
+    second = real_study.load_study(study_helpers.write_study(tmp_path / "b"))
     again = second.arm("grpo")
     again.name = "grpo-again"  # the same settings under another name
-    helpers.fake_study_record(first, first.arm("grpo"), 0, 0.6, 0.07, unmarked=2)
+    study_helpers.fake_study_record(first, first.arm("grpo"), 0, 0.6, 0.07, unmarked=2)
     assert real_study.share_record([first, second], second, again, 1) is None  # no record of seed 1
     copied = real_study.share_record([first, second], second, again, 0)
     assert copied == real_study.record_dir(second, again, 0)
@@ -205,8 +206,8 @@ def test_a_record_evaluated_at_another_size_than_the_study_asks_is_never_mixed_i
     cell again, and another study's record of the same cell evaluated at another size is not copied."""
     import yaml
 
-    small = real_study.load_study(helpers.write_study(tmp_path / "small"))
-    helpers.fake_study_record(small, small.arm("grpo"), 0, 0.6, 0.07, unmarked=0)
+    small = real_study.load_study(study_helpers.write_study(tmp_path / "small"))
+    study_helpers.fake_study_record(small, small.arm("grpo"), 0, 0.6, 0.07, unmarked=0)
     assert real_study.read_record(small, small.arm("grpo"), 0)["passk"]["num_samples"] == 16
     spec = yaml.safe_load((tmp_path / "small" / "study.yaml").read_text())
     (tmp_path / "small" / "study.yaml").write_text(yaml.safe_dump({**spec, "eval_per_tier": 32}))
@@ -215,7 +216,7 @@ def test_a_record_evaluated_at_another_size_than_the_study_asks_is_never_mixed_i
         real_study.read_record(larger, larger.arm("grpo"), 0)
     with pytest.raises(ValueError, match="32 x 16"):
         real_study.tables(larger)
-    other = real_study.load_study(helpers.write_study(tmp_path / "other", eval_per_tier=32))
+    other = real_study.load_study(study_helpers.write_study(tmp_path / "other", eval_per_tier=32))
     assert real_study.share_record([larger, other], other, other.arm("grpo"), 0) is None
     queued = []
     monkeypatch.setattr(real_study.queue, "_run_cell", lambda st, arm, seed, *a: queued.append((arm.name, seed)))
@@ -246,17 +247,17 @@ def test_the_evaluation_samples_in_the_format_and_budget_the_cells_trained_with(
     ],
 )
 def test_a_bad_study_file_names_the_file_and_the_key(tmp_path, change, message):
-    path = helpers.write_study(tmp_path / "s", **change)
+    path = study_helpers.write_study(tmp_path / "s", **change)
     with pytest.raises(ValueError, match=message) as err:
         real_study.load_study(path)
     assert str(path) in str(err.value)
 
 
 def test_tables_from_records_alone_and_stable_when_made_again(tmp_path):
-    study = real_study.load_study(helpers.write_study(tmp_path / "s"))
+    study = real_study.load_study(study_helpers.write_study(tmp_path / "s"))
     for seed, (g, f) in enumerate([(0.60, 0.62), (0.58, 0.63)]):
-        helpers.fake_study_record(study, study.arm("grpo"), seed, g, 0.07, unmarked=2)
-        helpers.fake_study_record(study, study.arm("fixed"), seed, f, 0.2, unmarked=10 + seed)
+        study_helpers.fake_study_record(study, study.arm("grpo"), seed, g, 0.07, unmarked=2)
+        study_helpers.fake_study_record(study, study.arm("fixed"), seed, f, 0.2, unmarked=10 + seed)
     base = {f"pass@{k}": 0.4 for k in KS}
     base.update(per_group={t: {"pass@1": 0.4} for t in "0123"}, num_problems=64, num_samples=16, reward_stats={})
     (study.records / "base_passk.json").write_text(json.dumps(base))
@@ -275,10 +276,12 @@ def test_tables_from_records_alone_and_stable_when_made_again(tmp_path):
 
 
 def test_a_record_made_with_other_settings_is_an_error_not_a_silent_mix(tmp_path):
-    path = helpers.write_study(tmp_path / "s")
+    path = study_helpers.write_study(tmp_path / "s")
     study = real_study.load_study(path)
-    helpers.fake_study_record(study, study.arm("fixed"), 0, 0.6, 0.2, unmarked=0)
-    helpers.write_study(tmp_path / "s", arms={"grpo": {"recipe": "grpo"}, "fixed": {"recipe": "aer", "settings": {}}})
+    study_helpers.fake_study_record(study, study.arm("fixed"), 0, 0.6, 0.2, unmarked=0)
+    study_helpers.write_study(
+        tmp_path / "s", arms={"grpo": {"recipe": "grpo"}, "fixed": {"recipe": "aer", "settings": {}}}
+    )
     changed = real_study.load_study(path)
     with pytest.raises(ValueError, match="other settings"):
         real_study.read_record(changed, changed.arm("fixed"), 0)
@@ -286,7 +289,7 @@ def test_a_record_made_with_other_settings_is_an_error_not_a_silent_mix(tmp_path
 
 def test_committed_studies_load_and_their_records_match_their_settings():
     """Every study under results/real_llm/ parses, and every record in it was made with the settings it states."""
-    root = Path(__file__).resolve().parents[1] / "results" / "real_llm"
+    root = Path(__file__).resolve().parents[2] / "results" / "real_llm"
     paths = sorted(root.glob("*/study.yaml"))
     assert len(paths) >= 5, paths  # a moved folder must not leave this test checking nothing
     for path in paths:
@@ -301,7 +304,7 @@ def test_every_committed_study_table_regenerates_from_its_records_and_is_the_one
     committed study.md, and docs/real_llm.md shows that table."""
     import shutil
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     docs = (root / "docs" / "real_llm.md").read_text()
     shutil.copytree(root / "results" / "real_llm" / "recipes", tmp_path / "recipes")  # the studies' frozen recipes
     paths = sorted((root / "results" / "real_llm").glob("*/study.yaml"))
@@ -324,9 +327,9 @@ def test_every_committed_study_table_regenerates_from_its_records_and_is_the_one
 def test_the_anchor_tables_in_the_docs_regenerate_from_the_committed_records():
     """make real-results' anchor block (docs/real_llm.md §3.4): the spread of H0 under aer_anchor_rollouts from the
     committed GRPO records and, where recorded, the probe's (results/real_llm/anchor/probe.json)."""
-    from aer_trl.studies import anchor
+    from aer_bench.studies import anchor
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     studies = [str(p) for p in sorted((root / "results" / "real_llm").glob("*/study.yaml"))]
     probe = root / "results" / "real_llm" / "anchor" / "probe.json"
     table = anchor.main([*studies, "--probe_record", str(probe)])
@@ -336,7 +339,7 @@ def test_the_anchor_tables_in_the_docs_regenerate_from_the_committed_records():
 
 
 def test_the_probe_table_compares_the_anchors_on_the_same_seeds():
-    from aer_trl.studies import anchor
+    from aer_bench.studies import anchor
 
     record = {
         "probe_prompts": 32, "rollout_prompts": 4, "num_generations": 8,
@@ -380,9 +383,9 @@ def test_the_coefficient_column_is_trls_entropy_coef_where_trls_bonus_trains_and
 def test_a_queue_for_some_arms_still_copies_the_shared_records_of_the_others(tmp_path, monkeypatch):
     """`--methods fixed` over two studies: the second study's grpo cell, recorded by the first, is copied (its paired
     tables need it); nothing but `fixed` is trained."""
-    first = real_study.load_study(helpers.write_study(tmp_path / "a"))
-    second = real_study.load_study(helpers.write_study(tmp_path / "b"))
-    helpers.fake_study_record(first, first.arm("grpo"), 0, 0.6, 0.07, unmarked=2)
+    first = real_study.load_study(study_helpers.write_study(tmp_path / "a"))
+    second = real_study.load_study(study_helpers.write_study(tmp_path / "b"))
+    study_helpers.fake_study_record(first, first.arm("grpo"), 0, 0.6, 0.07, unmarked=2)
     queued = []
     record = lambda st, arm, seed, *a: queued.append((st.records, arm.name, seed))  # noqa: E731
     monkeypatch.setattr(real_study.queue, "_run_cell", record)

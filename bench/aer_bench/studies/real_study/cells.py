@@ -12,9 +12,10 @@ from pathlib import Path
 
 import yaml
 
-from ...io import atomic_write
-from ...prompts import prompt_settings
-from ...training import is_complete_checkpoint
+from aer_trl.io import atomic_write
+from aer_trl.prompts import prompt_settings
+from aer_trl.training import is_complete_checkpoint
+
 from .spec import KS, Arm, Study, cell_dir, settings_hash
 
 
@@ -72,8 +73,8 @@ def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path, claim=
 def eval_arguments(study: Study, arm: Arm, models: list[str], output_dir: str | Path):
     """Held-out sampling in the format and token budget the arm was trained with (its merged recipe, parsed as the
     training command parses it: a `max_completion_length` or prompt setting of the study reaches the evaluation)."""
-    from ...evaluation import EvalArguments
-    from ...training import parse_recipe
+    from aer_trl.evaluation import EvalArguments
+    from aer_trl.training import parse_recipe
 
     eval_dir = Path(output_dir) / "eval"
     eval_dir.mkdir(parents=True, exist_ok=True)
@@ -97,7 +98,7 @@ def eval_arguments(study: Study, arm: Arm, models: list[str], output_dir: str | 
 
 def held_out(study: Study, arm: Arm, model: str, output_dir: str | Path) -> dict:
     """pass@k overall and per tier of one model on the held-out split (resumable through the harness's store)."""
-    from ...evaluation import evaluate
+    from aer_trl.evaluation import evaluate
 
     metrics = evaluate(eval_arguments(study, arm, [model], output_dir))
     return next(iter(metrics.values()))["arithmetic"]

@@ -1,11 +1,10 @@
-"""aer_trl.stats: the mean over seeds and the half-width of its 95% Student-t interval."""
+"""aer_bench.stats: the mean over seeds and the half-width of its 95% Student-t interval."""
 
 import math
 
 import pytest
-
-from aer_trl import stats
-from aer_trl.stats import interval
+from aer_bench import stats
+from aer_bench.stats import interval
 
 
 def test_t_interval_hand_computed():
@@ -21,7 +20,7 @@ def test_one_seed_has_no_interval_and_a_nan_run_is_not_averaged_away():
 
 
 def test_batch_noise_hand_computed_and_blind_to_drift():
-    from aer_trl.stats import batch_noise
+    from aer_bench.stats import batch_noise
 
     # alternating 0.9, 1.1 around 1: every centred 5-window averages 0.98 or 1.02; residuals 0.08/0.98 and
     # 0.08/1.02, median of [0.0816, 0.0784, 0.0816] = 0.0816..., times 1/sqrt(0.8)

@@ -1,16 +1,16 @@
-"""aer_trl.studies.demo: the whole lab pipeline in a few steps (warm start, GRPO and AER from their recipes, figure,
+"""aer_bench.studies.demo: the whole lab pipeline in a few steps (warm start, GRPO and AER from their recipes, figure,
 table), repeatable by seed."""
 
 import json
 from pathlib import Path
 
 import pytest
+from aer_bench.studies import demo
 
 from aer_trl.metrics import read_metrics
-from aer_trl.studies import demo
 from aer_trl.training import train_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow

@@ -7,8 +7,9 @@ import json
 import shutil
 from pathlib import Path
 
-from ...io import atomic_write
-from ...metrics import read_metrics
+from aer_trl.io import atomic_write
+from aer_trl.metrics import read_metrics
+
 from .spec import RECORD_FILES, Arm, Study, record_dir, settings_hash
 
 

@@ -2,12 +2,12 @@
 tiers as 2-shot chat questions, over seeds, with held-out pass@k per tier before and after training
 (docs/real_llm.md).
 
-    python -m aer_trl.studies.real_study --seeds 0                  # `make real`: one seed of GRPO and AER + figure
-    python -m aer_trl.studies.real_study --seeds 0 1 2 --methods grpo aer clip_cov
-    python -m aer_trl.studies.real_study --seeds 0 1 2 --aggregate_only
+    python -m aer_bench.studies.real_study --seeds 0                  # `make real`: one seed of GRPO and AER + figure
+    python -m aer_bench.studies.real_study --seeds 0 1 2 --methods grpo aer clip_cov
+    python -m aer_bench.studies.real_study --seeds 0 1 2 --aggregate_only
     ... --max_steps 20                                              # any other flag goes to every recipe
-    python -m aer_trl.studies.real_study --study results/real_llm/dose/study.yaml results/real_llm/record/study.yaml
-    python -m aer_trl.studies.real_study --study results/real_llm/record/study.yaml --aggregate_only   # no training
+    python -m aer_bench.studies.real_study --study results/real_llm/dose/study.yaml results/real_llm/record/study.yaml
+    python -m aer_bench.studies.real_study --study results/real_llm/record/study.yaml --aggregate_only   # no training
 
 A study is a set of *arms* (a name, a recipe of `--recipes_dir`, settings over it) trained on the same seeds. With
 `--methods`, each method is an arm with its recipe as it is (plus the command's flags). A study file (YAML) says

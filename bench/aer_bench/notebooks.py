@@ -1,4 +1,4 @@
-"""Execute notebooks headless and fail on any cell error: `python -m aer_trl.notebooks notebooks/*.ipynb`.
+"""Execute notebooks headless and fail on any cell error: `python -m aer_bench.notebooks notebooks/*.ipynb`.
 
 Run from the repository root; each notebook executes with `notebooks/` as its working directory, outputs are not
 written back (the committed notebooks stay without outputs).
@@ -27,7 +27,7 @@ def execute(path: str | Path, timeout: int = 600) -> float:
 def main(argv=None) -> int:
     paths = argv if argv is not None else sys.argv[1:]
     if not paths:
-        print("usage: python -m aer_trl.notebooks NOTEBOOK.ipynb [...]")
+        print("usage: python -m aer_bench.notebooks NOTEBOOK.ipynb [...]")
         return 2
     for p in paths:
         print(f"{p}: ok in {execute(p):.0f} s", flush=True)

@@ -1,7 +1,7 @@
 """Does any setting hold H* without costing the answer format? Every recorded cell of every study, one point each
 (docs/real_llm.md §3.7), made from the committed records alone.
 
-    python -m aer_trl.studies.tradeoff results/real_llm/*/study.yaml [--docs docs/real_llm.md] [--figure F]
+    python -m aer_bench.studies.tradeoff results/real_llm/*/study.yaml [--docs docs/real_llm.md] [--figure F]
         [--confirm results/real_llm/confirm/study.yaml]   # that study's pre-registered bar, read by rule (`verdict`)
 
 Each cell is placed by its median |H − H*|/H* over the second half of training (`target_distance`) and by its

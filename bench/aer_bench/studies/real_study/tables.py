@@ -8,8 +8,9 @@ import math
 import statistics
 from pathlib import Path
 
+from aer_trl.io import atomic_write
+
 from ...analysis import tokens_table
-from ...io import atomic_write
 from ...stats import interval
 from .figures import plot
 from .records import evaluation_mismatch, no_answer_share, read_record
