@@ -5,11 +5,10 @@ that differs from the checkpoint's is named (docs/design.md §2, "Resume")."""
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from collections import Counter
 
-from transformers.trainer import SCHEDULER_NAME
+from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from .callback import AERCallback
@@ -19,6 +18,32 @@ logger = logging.getLogger(__name__)
 
 # settings held in the optimizer's param groups: a resume restores them from the checkpoint (a new value is not used)
 OPTIMIZER_STATE_FIELDS = ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay")
+
+
+class ScheduleResumeCallback(TrainerCallback):
+    """A checkpoint without optimizer and scheduler state (saved with `save_only_model`, or copied without optimizer.pt
+    and scheduler.pt): transformers then starts the optimizer and the learning-rate schedule over from step 0,
+    silently (measured: linear decay over 4 steps, resumed at step 2: lr 2.5e-4 at step 3 instead of 1.25e-4). At
+    the start of such a resumed run the schedule is stepped on to the checkpoint's step, and a warning names what
+    cannot come back (the optimizer's moments, the random state). A restored schedule (or DeepSpeed's, which its
+    own checkpoint holds) has moved past step 0 and is left alone."""
+
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+        if state.global_step == 0 or getattr(lr_scheduler, "last_epoch", None) != 0:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch: "lr_scheduler.step() before optimizer.step()", on purpose here
+            for _ in range(state.global_step):
+                lr_scheduler.step()
+        if state.is_world_process_zero:
+            logger.warning(
+                "resuming at step %d from a checkpoint that holds no optimizer or scheduler state (saved with "
+                "save_only_model?): the learning rate continues the schedule (%.3g), but the optimizer's moments and "
+                "the random state start afresh, so the run differs from the one never stopped. Save checkpoints with "
+                "save_only_model=False to resume exactly.",
+                state.global_step,
+                lr_scheduler.get_last_lr()[0],
+            )
 
 
 class ResumeMixin:
@@ -91,30 +116,6 @@ class ResumeMixin:
             self.control.should_training_stop = True
             return None
         return super()._run_epoch(*args, **kwargs)
-
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        """A checkpoint without optimizer and scheduler state (saved with `save_only_model`, or copied without
-        optimizer.pt and scheduler.pt): transformers then starts the optimizer and the learning-rate schedule over from
-        step 0, silently (measured: linear decay over 4 steps, resumed at step 2: lr 2.5e-4 at step 3 instead of
-        1.25e-4). Here the schedule is stepped on to the checkpoint's step, and a warning names what cannot come back
-        (the optimizer's moments, the random state). Under DeepSpeed its own checkpoint holds both."""
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None or self.is_deepspeed_enabled or os.path.isfile(os.path.join(checkpoint, SCHEDULER_NAME)):
-            return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch: "lr_scheduler.step() before optimizer.step()", on purpose here
-            for _ in range(self.state.global_step):
-                self.lr_scheduler.step()
-        if self.accelerator.is_main_process:
-            logger.warning(
-                "resuming from %s, which holds no optimizer or scheduler state (saved with save_only_model?): the "
-                "learning rate continues the schedule at step %d (%.3g), but the optimizer's moments and the random "
-                "state start afresh, so the run differs from the one never stopped. Save checkpoints with "
-                "save_only_model=False to resume exactly.",
-                checkpoint,
-                self.state.global_step,
-                self.lr_scheduler.get_last_lr()[0],
-            )
 
     def _warn_resume_changes(self, controller: str) -> None:
         """Names every setting in `aer_resume_changes` in one warning, with whether it applies; `controller` says

@@ -13,6 +13,7 @@ How it plugs into TRL (no copy of TRL's loss):
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 
@@ -35,7 +36,7 @@ from .controller import (
 from .metrics import MetricsFileCallback
 from .probe import AnchorProbeMixin
 from .registry import TokenBatch, get_method
-from .resume import ResumeMixin
+from .resume import ResumeMixin, ScheduleResumeCallback
 from .rewards import resolve_correctness_index
 from .shared_prompt import SharedPromptMixin
 from .support import TruncatedSupportMixin
@@ -85,6 +86,8 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
                 f"{type(args).__name__}"
             )
         callbacks = list(callbacks or [])
+        if not any(isinstance(cb, ScheduleResumeCallback) for cb in callbacks):
+            callbacks.append(ScheduleResumeCallback())  # a checkpoint without a schedule resumes on it
         if args.aer_measurements:  # off (a non-AER method, not asked for): nothing of AER's, as trl.GRPOTrainer
             if not any(isinstance(cb, AERCallback) for cb in callbacks):
                 callbacks.append(AERCallback.from_args(args))
@@ -114,8 +117,10 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
         self.aer_resume_changes: dict[str, tuple] = {}  # settings that differ from the checkpoint resumed from
         self._aer_token_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
         if args.aer_trl_target_ratio is not None:
-            # until H0 is measured, a target on the side of H0 that τ·H0 is on: TRL's step-1 update then decides as
-            # the anchored target would (up when ratio >= 1, down otherwise)
+            # TRL reads its target from `self.args.entropy_target`: the trainer anchors it on a copy of the config
+            # (the caller's is left as given). Until H0 is measured, a target on the side of H0 that τ·H0 is on:
+            # TRL's step-1 update then decides as the anchored target would (up when ratio >= 1, down otherwise)
+            self.args = copy.copy(self.args)
             self.args.entropy_target = math.inf if args.aer_trl_target_ratio >= 1 else 0.0
 
     # ------------------------------------------------------------------------------------------------ controller

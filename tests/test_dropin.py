@@ -142,10 +142,13 @@ def test_trls_adaptive_entropy_with_its_target_anchored_at_h0(tmp_path, ratio):
     """`aer_trl_target_ratio` (method skywork): TRL's adaptive entropy control trains exactly as with
     entropy_target = ratio × H0 given from the start, H0 being the first rollout batch's entropy."""
     common = dict(method="skywork", aer_measurements=True, max_steps=4, entropy_coef_delta=0.05)
-    anchored = _trainer(AERGRPOTrainer, helpers.make_config(tmp_path / "a", aer_trl_target_ratio=ratio, **common))
+    config = helpers.make_config(tmp_path / "a", aer_trl_target_ratio=ratio, **common)
+    user_target = config.entropy_target
+    anchored = _trainer(AERGRPOTrainer, config)
     anchored.train()
     h0 = anchored.aer_callback.controller.history[0]["entropy"]
     assert anchored.args.entropy_target == pytest.approx(ratio * h0)
+    assert config.entropy_target == user_target and anchored.args is not config  # the caller's config as given
     given = _trainer(AERGRPOTrainer, helpers.make_config(tmp_path / "g", entropy_target=ratio * h0, **common))
     given.train()
     coefs = [[r["entropy_coef"] for r in t.state.log_history if "entropy_coef" in r] for t in (anchored, given)]
