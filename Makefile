@@ -136,7 +136,7 @@ demo:
 	$(BIN)/python -m aer_bench.studies.demo --output_dir runs/demo
 
 train:
-	$(BIN)/accelerate launch recipes/train.py
+	$(BIN)/accelerate launch -m aer_bench.run
 
 # A real LLM: SmolLM2-135M-Instruct on the arithmetic tiers (2-shot chat prompts), GRPO and AER from the same start,
 # held-out pass@k per tier before and after, figure and table in runs/real/ (docs/real_llm.md). Resumable.

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
 from .compat import has_activation_checkpointing
-from .config_checks import validate_aer
-from .registry import TOKEN_LEVEL_LOSSES, get_method, methods
+from .config_checks import resolve_method, validate_aer
+from .registry import get_method, methods
 
 logger = logging.getLogger(__name__)
 
@@ -108,24 +107,6 @@ class AERGRPOConfig(GRPOConfig):
     clip_cov_ub: float = field(default=5.0, metadata={"help": "Clip-Cov: upper covariance bound of candidates."})
     kl_cov_ratio: float = field(default=2e-3, metadata={"help": "KL-Cov: share r of top-covariance tokens penalised."})
     kl_cov_coef: float = field(default=1.0, metadata={"help": "KL-Cov: coefficient κ of |logπ − logπ_old|."})
-    share_prompt_forward: bool = field(
-        default=False,
-        metadata={
-            "help": "Run each distinct prompt's forward once per micro-batch and share its KV cache with the "
-            "completions of its group (the same loss up to float rounding; the prompt's cost divided by the group "
-            "size: ~3x faster steps on CPU with few-shot prompts). Off: TRL's forward, bit for bit. Falls back to "
-            "TRL's forward with gradient checkpointing, DDP, multimodal or MoE inputs."
-        },
-    )
-    share_prompt_generation: bool = field(
-        default=False,
-        metadata={
-            "help": "Generate rollouts with each distinct prompt prefilled once and its KV cache repeated for the "
-            "completions of its group (TRL's generate prefills it num_generations times). The same sampling "
-            "distribution and, with the same seed, the same tokens up to float rounding. Applies to transformers' "
-            "`generate` (not vLLM, continuous batching, multimodal or tool-calling rollouts, where TRL's path runs)."
-        },
-    )
     aer_rho: float = field(
         default=0.2,
         metadata={
@@ -270,7 +251,7 @@ class AERGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        self._apply_method()
+        self._method_settings = resolve_method(self)  # the method's settings, checked against the user's
         validate_aer(self)
         self._checkpointing_name()
         self._engine_generation_kwargs()
@@ -351,90 +332,7 @@ class AERGRPOConfig(GRPOConfig):
     @property
     def method_settings(self) -> dict:
         """What the method set in this config (field -> value); the trainer logs it once at start."""
-        return dict(getattr(self, "_method_settings", {}))
-
-    def _apply_method(self) -> None:
-        """Resolve the config through the method's registry entry (`aer_trl.registry`): its settings fill fields the
-        user left at their defaults, an explicit value that contradicts them is refused, never overridden."""
-        method = get_method(self.method)
-        defaults = {name: f.default for name, f in self.__dataclass_fields__.items()}
-        before = {name: getattr(self, name) for name in defaults}
-        for name, value in method.sets.items():
-            current = getattr(self, name)
-            if current == value:
-                continue
-            if current != defaults[name]:
-                fitting = [n for n, m in methods().items() if n != self.method and m.sets.get(name) == current]
-                raise ValueError(
-                    f"method={self.method!r} sets {name}={value!r}, but {name}={current!r} was set explicitly: "
-                    f"leave {name} unset" + (f" or choose a method that sets it ({fitting})" if fitting else "")
-                )
-            setattr(self, name, value)
-        for name, value in method.defaults.items():
-            if getattr(self, name) == defaults[name]:
-                setattr(self, name, value)
-        if not method.aer:
-            if self.aer_alpha_init != 0.0:
-                raise ValueError(
-                    f"aer_alpha_init={self.aer_alpha_init} only applies to the AER methods "
-                    f"{[n for n, m in methods().items() if m.aer]}; method={self.method!r} trains without the AER "
-                    "bonus (set aer_alpha_init=0)"
-                )
-            for name in ("aer_adaptive", "aer_difficulty_aware"):
-                if getattr(self, name):  # False is what the method resolves to (a resolved config rebuilds cleanly)
-                    raise ValueError(
-                        f"{name}={getattr(self, name)} only applies to the AER methods; method={self.method!r} trains "
-                        f"without the AER bonus (leave {name} unset)"
-                    )
-            self.aer_adaptive, self.aer_difficulty_aware = False, False  # telemetry measures entropy with α = 0
-        if self.aer_measurements is None:
-            self.aer_measurements = method.aer
-        elif method.aer and not self.aer_measurements:
-            raise ValueError(
-                f"aer_measurements=False: method={self.method!r} needs the entropy measurement it controls α with "
-                "(aer_measurements only switches AER's outputs off for the other methods)"
-            )
-        if not method.trl_entropy and (self.entropy_coef != 0.0 or self.use_adaptive_entropy):
-            what = (
-                "AER has its own entropy bonus"
-                if method.aer
-                else f"method={self.method!r} is an exploration method of its own (two exploration terms at once)"
-            )
-            raise ValueError(
-                f"{what}: set entropy_coef=0.0 and use_adaptive_entropy=False (got entropy_coef={self.entropy_coef}, "
-                f"use_adaptive_entropy={self.use_adaptive_entropy}); TRL's entropy options train with "
-                "method='grpo' (or 'entropy_coef' / 'skywork')"
-            )
-        if method.configure is not None:
-            method.configure(self)
-        # what the method chose; for a non-AER method the AER switches resolving to off is not a choice worth logging
-        quiet = () if method.aer else ("aer_adaptive", "aer_difficulty_aware", "aer_measurements")
-        self._method_settings = {
-            k: getattr(self, k) for k, v in before.items() if getattr(self, k) != v and k not in quiet
-        }
-        if self.epsilon is None:
-            self.epsilon = 0.2  # TRL's default; epsilon_high unset means "= epsilon" in TRL
-        for name in ("epsilon", "epsilon_high"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r} (method={self.method!r})")
-        if method.token_hook is not None and (
-            self.loss_type not in TOKEN_LEVEL_LOSSES or self.importance_sampling_level != "token"
-        ):
-            raise ValueError(
-                f"method={self.method!r} acts on per-token advantages/log-probabilities: it needs loss_type in "
-                f"{list(TOKEN_LEVEL_LOSSES)} and importance_sampling_level='token' (got loss_type="
-                f"{self.loss_type!r}, importance_sampling_level={self.importance_sampling_level!r})"
-            )
-        for name in ("ent_adv_kappa", "clip_cov_ub"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("ent_adv_alpha", "kl_cov_coef"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("clip_cov_ratio", "kl_cov_ratio"):
-            if not 0 < getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+        return dict(self._method_settings)
 
     @classmethod
     def from_grpo_config(cls, grpo_config: GRPOConfig, **aer_fields) -> AERGRPOConfig:

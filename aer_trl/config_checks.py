@@ -1,10 +1,13 @@
-"""`AERGRPOConfig`'s checks of its AER fields: a wrong value is refused with its name and what was expected."""
+"""How an `AERGRPOConfig` is resolved and checked while it is built: `resolve_method` applies its method's registry
+entry (`aer_trl.registry`), `validate_aer` checks the AER fields; a wrong value is refused with its name and what was
+expected."""
 
 from __future__ import annotations
 
 import math
 
 from .controller import STEPS
+from .registry import TOKEN_LEVEL_LOSSES, get_method, methods
 
 
 def validate_aer(self) -> None:
@@ -85,3 +88,87 @@ def validate_aer(self) -> None:
         raise ValueError(
             f"num_generations must be >= 2 for AER (group accuracy needs a group), got {self.num_generations}"
         )
+
+
+def resolve_method(config) -> dict:
+    """Resolve `config` (an `AERGRPOConfig`, while it is built) through its method's entry: the method's settings fill
+    fields the user left at their defaults, an explicit value that contradicts them is refused, never overridden.
+    Returns what the method set (field -> value)."""
+    method = get_method(config.method)
+    defaults = {name: f.default for name, f in config.__dataclass_fields__.items()}
+    before = {name: getattr(config, name) for name in defaults}
+    for name, value in method.sets.items():
+        current = getattr(config, name)
+        if current == value:
+            continue
+        if current != defaults[name]:
+            fitting = [n for n, m in methods().items() if n != config.method and m.sets.get(name) == current]
+            raise ValueError(
+                f"method={config.method!r} sets {name}={value!r}, but {name}={current!r} was set explicitly: "
+                f"leave {name} unset" + (f" or choose a method that sets it ({fitting})" if fitting else "")
+            )
+        setattr(config, name, value)
+    for name, value in method.defaults.items():
+        if getattr(config, name) == defaults[name]:
+            setattr(config, name, value)
+    if not method.aer:
+        if config.aer_alpha_init != 0.0:
+            raise ValueError(
+                f"aer_alpha_init={config.aer_alpha_init} only applies to the AER methods "
+                f"{[n for n, m in methods().items() if m.aer]}; method={config.method!r} trains without the AER "
+                "bonus (set aer_alpha_init=0)"
+            )
+        for name in ("aer_adaptive", "aer_difficulty_aware"):
+            if getattr(config, name):  # False is what the method resolves to (a resolved config rebuilds cleanly)
+                raise ValueError(
+                    f"{name}={getattr(config, name)} only applies to the AER methods; method={config.method!r} trains "
+                    f"without the AER bonus (leave {name} unset)"
+                )
+        config.aer_adaptive, config.aer_difficulty_aware = False, False  # telemetry measures entropy with α = 0
+    if config.aer_measurements is None:
+        config.aer_measurements = method.aer
+    elif method.aer and not config.aer_measurements:
+        raise ValueError(
+            f"aer_measurements=False: method={config.method!r} needs the entropy measurement it controls α with "
+            "(aer_measurements only switches AER's outputs off for the other methods)"
+        )
+    if not method.trl_entropy and (config.entropy_coef != 0.0 or config.use_adaptive_entropy):
+        what = (
+            "AER has its own entropy bonus"
+            if method.aer
+            else f"method={config.method!r} is an exploration method of its own (two exploration terms at once)"
+        )
+        raise ValueError(
+            f"{what}: set entropy_coef=0.0 and use_adaptive_entropy=False (got entropy_coef={config.entropy_coef}, "
+            f"use_adaptive_entropy={config.use_adaptive_entropy}); TRL's entropy options train with "
+            "method='grpo' (or 'entropy_coef' / 'skywork')"
+        )
+    if method.configure is not None:
+        method.configure(config)
+    # what the method chose; for a non-AER method the AER switches resolving to off is not a choice worth logging
+    quiet = () if method.aer else ("aer_adaptive", "aer_difficulty_aware", "aer_measurements")
+    chosen = {k: getattr(config, k) for k, v in before.items() if getattr(config, k) != v and k not in quiet}
+    if config.epsilon is None:
+        config.epsilon = 0.2  # TRL's default; epsilon_high unset means "= epsilon" in TRL
+    for name in ("epsilon", "epsilon_high"):
+        value = getattr(config, name)
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r} (method={config.method!r})")
+    if method.token_hook is not None and (
+        config.loss_type not in TOKEN_LEVEL_LOSSES or config.importance_sampling_level != "token"
+    ):
+        raise ValueError(
+            f"method={config.method!r} acts on per-token advantages/log-probabilities: it needs loss_type in "
+            f"{list(TOKEN_LEVEL_LOSSES)} and importance_sampling_level='token' (got loss_type="
+            f"{config.loss_type!r}, importance_sampling_level={config.importance_sampling_level!r})"
+        )
+    for name in ("ent_adv_kappa", "clip_cov_ub"):
+        if not getattr(config, name) > 0:
+            raise ValueError(f"{name} must be > 0, got {getattr(config, name)}")
+    for name in ("ent_adv_alpha", "kl_cov_coef"):
+        if getattr(config, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(config, name)}")
+    for name in ("clip_cov_ratio", "kl_cov_ratio"):
+        if not 0 < getattr(config, name) <= 1:
+            raise ValueError(f"{name} must be in (0, 1], got {getattr(config, name)}")
+    return chosen

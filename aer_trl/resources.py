@@ -1,5 +1,6 @@
 """Files the package ships and reads at run time: the YAML recipes under `aer_trl/recipes/` (the repository's
-`recipes/<setting>` folders link to them), found the same way from a checkout, an editable install or a wheel."""
+`recipes/<setting>` folders link to them, and to the research bench's under `bench/aer_bench/recipes/`), found the
+same way from a checkout, an editable install or a wheel."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from importlib.resources import files
 from pathlib import Path
 
 
-def recipes_dir(setting: str = "") -> Path:
-    """The folder of one setting's recipes, e.g. `lab` or `smollm2_135m_instruct/arithmetic` ("" for all)."""
-    root = Path(str(files("aer_trl") / "recipes"))
+def recipes_dir(setting: str = "", package: str = "aer_trl") -> Path:
+    """The folder of one setting's recipes, e.g. `qwen3_4b_base/deepscaler` ("" for all), in `package` (another
+    package that ships recipes the same way: the research bench's `aer_bench`)."""
+    root = Path(str(files(package) / "recipes"))
     path = root / setting
     if not path.is_dir():
         known = sorted(str(p.parent.relative_to(root)) for p in root.rglob("*.yaml"))
@@ -17,9 +19,10 @@ def recipes_dir(setting: str = "") -> Path:
     return path
 
 
-def recipe_path(setting: str, name: str) -> Path:
-    """One recipe file: `recipe_path("lab", "aer")` is `aer_trl/recipes/lab/aer.yaml`."""
-    path = recipes_dir(setting) / f"{name}.yaml"
+def recipe_path(setting: str, name: str, package: str = "aer_trl") -> Path:
+    """One recipe file: `recipe_path("qwen3_4b_base/deepscaler", "aer")` is
+    `aer_trl/recipes/qwen3_4b_base/deepscaler/aer.yaml`."""
+    path = recipes_dir(setting, package) / f"{name}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise FileNotFoundError(f"no recipe {name!r} for {setting!r} in {path.parent}; known: {known}")
@@ -27,9 +30,9 @@ def recipe_path(setting: str, name: str) -> Path:
 
 
 def resolve_recipe(config: str) -> str:
-    """A `--config` value as given, or, where no such file exists, the shipped recipe it names: `lab/aer`,
-    `qwen3_4b_base/deepscaler/aer.yaml` or `recipes/qwen3_4b_base/deepscaler/aer.yaml` (as the docs write it), so
-    the documented commands run from an installed wheel in any folder."""
+    """A `--config` value as given, or, where no such file exists, the shipped recipe it names:
+    `qwen3_4b_base/deepscaler/aer`, `.../aer.yaml` or `recipes/qwen3_4b_base/deepscaler/aer.yaml` (as the docs
+    write it), so the documented commands run from an installed wheel in any folder."""
     if Path(config).is_file():
         return config
     name = config.removeprefix("recipes/").removesuffix(".yaml")

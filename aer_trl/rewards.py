@@ -42,7 +42,10 @@ through TRL's `log_metric` as `rewards/math_accuracy/{timeouts,unparsed,unmarked
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
+import sys
 import unicodedata
 from collections import Counter
 
@@ -50,6 +53,8 @@ from .verifier import get_pool, join_digit_groups, parse_gold
 
 __all__ = [
     "math_accuracy_reward",
+    "register_reward",
+    "resolve_reward_funcs",
     "parse_gold",
     "completion_text",
     "extract_answer",
@@ -352,3 +357,33 @@ def resolve_correctness_index(spec: int | str | None, reward_func_names: list[st
     if spec in reward_func_names:
         return reward_func_names.index(spec)
     raise ValueError(f"aer_correctness_reward={spec!r} is not one of the reward functions {reward_func_names}")
+
+
+# Reward functions a recipe names (`reward_funcs`); more are added with `register_reward`, or named by import path.
+REWARD_FUNCS = {"math_accuracy": math_accuracy_reward, "math_accuracy_reward": math_accuracy_reward}
+
+
+def register_reward(name: str, func) -> None:
+    """Makes `func` known to recipes as `name` (`reward_funcs: [name]`)."""
+    REWARD_FUNCS[name] = func
+
+
+def resolve_reward_funcs(names: list[str]) -> list:
+    """The functions `names` stand for: registered names or import paths 'module.function' (from the working folder
+    too); an unknown name is an error that lists the known ones."""
+    funcs = []
+    for name in names:
+        if name in REWARD_FUNCS:
+            funcs.append(REWARD_FUNCS[name])
+        elif "." in name:
+            module_path, func_name = name.rsplit(".", 1)
+            sys.path.insert(0, os.getcwd())
+            try:
+                funcs.append(getattr(importlib.import_module(module_path), func_name))
+            except (ImportError, AttributeError) as err:
+                raise ValueError(f"reward_funcs: cannot import {name!r}: {err}") from err
+        else:
+            raise ValueError(f"reward_funcs: unknown reward {name!r}; known: {sorted(REWARD_FUNCS)} or 'module.func'")
+    if not funcs:
+        raise ValueError("reward_funcs: at least one reward function is needed")
+    return funcs

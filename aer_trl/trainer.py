@@ -38,14 +38,13 @@ from .probe import AnchorProbeMixin
 from .registry import TokenBatch, get_method
 from .resume import ResumeMixin, ScheduleResumeCallback
 from .rewards import resolve_correctness_index
-from .shared_prompt import SharedPromptMixin
 from .support import TruncatedSupportMixin
 from .vllm_support import colocate_on_cpu, colocated_engine_settings, prepare_vllm_on_cpu
 
 logger = logging.getLogger(__name__)
 
 
-class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOTrainer):
+class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOTrainer):
     """GRPO with Adaptive Entropy Regularization. Same constructor as `trl.GRPOTrainer`; `args` is an `AERGRPOConfig`
     (a plain `trl.GRPOConfig` is converted, the AER fields at their defaults)."""
 
@@ -229,11 +228,8 @@ class AERGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, ResumeMixin, Anch
         return logps, entropies, aux_loss
 
     def _logps_forward(self, *args, **kwargs):
-        """The log-prob forward: the shared-prompt one where it applies, else the truncated-support one while that
-        bonus collects (support.py), else TRL's."""
-        shared = self._shared_prompt_logps(*args, **kwargs) if self.args.share_prompt_forward else None
-        if shared is not None:
-            return shared
+        """The log-prob forward: the truncated-support one while that bonus collects (support.py), else TRL's. A
+        subclass may route it elsewhere (the research bench's shared-prompt forward does)."""
         if self._aer_support_parts is not None:
             return self._support_logps(*args, **kwargs)
         return super()._get_per_token_logps_and_entropies(*args, **kwargs)

@@ -1,5 +1,5 @@
 """One training run, from the three argument groups a recipe parses into; shared by the command line
-(`aer_trl/run.py`, `recipes/train.py`), the lab demo and the notebooks.
+(`aer_trl/run.py`, `recipes/train.py`), the notebooks and the research bench (which passes its own classes).
 
 `train(script_args, training_args, model_args)` reads as: resolve the data source (`aer_trl.sources`: its data,
 prompt format, reward and default model), build `AERGRPOTrainer`, train (resuming when asked), save, write the model
@@ -10,11 +10,9 @@ line does.
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import logging
 import os
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,31 +23,23 @@ from .evaluation import PassAtKCallback
 from .evaluation.harness import check_model
 from .gguf import resolve_model
 from .io import lock_folder
-from .lab.rewards import lab_accuracy_reward
-from .rewards import math_accuracy_reward
-from .sources import ArithmeticArguments, PromptArguments, get_source, resolve_format
+from .rewards import REWARD_FUNCS, resolve_reward_funcs
+from .sources import PromptArguments, get_source, resolve_format
 
 logger = logging.getLogger(__name__)
 
-REWARD_FUNCS = {
-    "math_accuracy": math_accuracy_reward,
-    "math_accuracy_reward": math_accuracy_reward,
-    "lab_accuracy": lab_accuracy_reward,  # the same check, plus per-tier accuracy metrics for the lab
-}
-
 
 @dataclass
-class AERScriptArguments(PromptArguments, ArithmeticArguments):
+class AERScriptArguments(PromptArguments):
     """What to train on and with which rewards; the training knobs live in `AERGRPOConfig`, the model in `ModelConfig`.
-    The prompt-format keys come from `prompts.PromptArguments`, the arithmetic sources' own options from
-    `sources.ArithmeticArguments`."""
+    The prompt-format keys come from `prompts.PromptArguments`. A data source with options of its own adds them in a
+    subclass, parsed with `parse_recipe(..., script_class=...)` (the research bench's `lab` and `arithmetic` do)."""
 
     dataset_name: str | None = field(
         default=None,
         metadata={
-            "help": "Training data: a registered source ('lab': the laptop lab's arithmetic for its toy model; "
-            "'arithmetic': the same tiers as chat questions for real chat models), the name of a known math data "
-            "set, a Hub id, or a local .jsonl/.json/.parquet file. Sources with a default model fill in "
+            "help": "Training data: a registered source (`aer_trl.sources.register_source`), the name of a known "
+            "math data set, a Hub id, or a local .jsonl/.json/.parquet file. Sources with a default model fill in "
             "model_name_or_path when it is unset."
         },
     )
@@ -61,7 +51,7 @@ class AERScriptArguments(PromptArguments, ArithmeticArguments):
         metadata={
             "help": f"Reward functions by name ({sorted(REWARD_FUNCS)}) or import path 'module.function'. "
             "The first defines correctness for AER unless aer_correctness_reward says otherwise. Unset: the data "
-            "source's reward (math_accuracy; lab_accuracy for 'lab' and 'arithmetic')."
+            "source's reward (math_accuracy for question/answer tables)."
         },
     )
     # checkpoint selection during training (the paper: pass@1 on AIME25 every 20 optimizer steps)
@@ -102,25 +92,6 @@ class AERScriptArguments(PromptArguments, ArithmeticArguments):
             "choices": ["auto", "vllm", "transformers"],
         },
     )
-
-
-def resolve_reward_funcs(names: list[str]) -> list:
-    funcs = []
-    for name in names:
-        if name in REWARD_FUNCS:
-            funcs.append(REWARD_FUNCS[name])
-        elif "." in name:
-            module_path, func_name = name.rsplit(".", 1)
-            sys.path.insert(0, os.getcwd())
-            try:
-                funcs.append(getattr(importlib.import_module(module_path), func_name))
-            except (ImportError, AttributeError) as err:
-                raise ValueError(f"reward_funcs: cannot import {name!r}: {err}") from err
-        else:
-            raise ValueError(f"reward_funcs: unknown reward {name!r}; known: {sorted(REWARD_FUNCS)} or 'module.func'")
-    if not funcs:
-        raise ValueError("reward_funcs: at least one reward function is needed")
-    return funcs
 
 
 def check_model_given(source, model_args) -> None:
@@ -222,8 +193,9 @@ def lock_output_dir(training_args) -> int | None:
     )
 
 
-def train(script_args: AERScriptArguments, training_args: AERGRPOConfig, model_args=None):
-    """Train, save, write the card and push, holding `output_dir`'s lock throughout (`lock_output_dir`)."""
+def train(script_args: AERScriptArguments, training_args: AERGRPOConfig, model_args=None, trainer_class=None):
+    """Train, save, write the card and push, holding `output_dir`'s lock throughout (`lock_output_dir`).
+    `trainer_class`: `AERGRPOTrainer` or a subclass of it (None: `AERGRPOTrainer`)."""
     lock = lock_output_dir(training_args)
     try:
         resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
@@ -231,7 +203,7 @@ def train(script_args: AERScriptArguments, training_args: AERGRPOConfig, model_a
             check_fresh_start(training_args.output_dir)
         else:
             check_resume_adapter(resume, model_args)
-        return _train(script_args, training_args, model_args, resume)
+        return _train(script_args, training_args, model_args, resume, trainer_class)
     finally:
         if lock is not None:
             os.close(lock)
@@ -292,10 +264,12 @@ def check_resume_adapter(checkpoint: str, model_args) -> None:
         )
 
 
-def _train(script_args: AERScriptArguments, training_args: AERGRPOConfig, model_args=None, resume: str | None = None):
+def _train(script_args, training_args, model_args=None, resume: str | None = None, trainer_class=None):
     from trl import ModelConfig, get_peft_config
 
     from .trainer import AERGRPOTrainer
+
+    trainer_class = trainer_class or AERGRPOTrainer
 
     model_args = model_args or ModelConfig()
     source = get_source(script_args.dataset_name)
@@ -339,7 +313,7 @@ def _train(script_args: AERScriptArguments, training_args: AERGRPOConfig, model_
                 chat_template_kwargs=training_args.chat_template_kwargs,
             )
         )
-    trainer = AERGRPOTrainer(
+    trainer = trainer_class(
         model=model_name,
         reward_funcs=reward_funcs,
         args=training_args,
@@ -396,15 +370,25 @@ def validation_sampler(script_args, training_args, trainer):
     return None
 
 
-def parse_recipe(args: list[str]):
+def parse_recipe(args: list[str], script_class=AERScriptArguments, config_class=AERGRPOConfig):
     """(script_args, training_args, model_args) from command-line style arguments (`--config recipe.yaml` and flags
-    that override it), as `recipes/train.py` parses them."""
+    that override it), as `recipes/train.py` parses them. A key no class knows is refused by name (TRL's parser).
+    `script_class` / `config_class`: subclasses with more keys (a data source's options, an extension's settings)."""
     from trl import ModelConfig, TrlParser
 
-    return TrlParser((AERScriptArguments, AERGRPOConfig, ModelConfig)).parse_args_and_config(args=args)
+    return TrlParser((script_class, config_class, ModelConfig)).parse_args_and_config(args=args)
 
 
-def train_recipe(recipe: str | Path, overrides: list[str] = ()):
-    """Train one YAML recipe with command-line style overrides; returns (script_args, training_args, trainer)."""
-    script_args, training_args, model_args = parse_recipe(["--config", str(recipe), *overrides])
-    return script_args, training_args, train(script_args, training_args, model_args)
+def train_recipe(
+    recipe: str | Path,
+    overrides: list[str] = (),
+    script_class=AERScriptArguments,
+    config_class=AERGRPOConfig,
+    trainer_class=None,
+):
+    """Train one YAML recipe with command-line style overrides; returns (script_args, training_args, trainer). The
+    classes as in `parse_recipe` and `train`."""
+    script_args, training_args, model_args = parse_recipe(
+        ["--config", str(recipe), *overrides], script_class, config_class
+    )
+    return script_args, training_args, train(script_args, training_args, model_args, trainer_class)

@@ -2,14 +2,14 @@
 colocated rollouts under `AERGRPOTrainer` and for the evaluation harness's `--backend vllm` (docs/design.md §7).
 
 - `colocate_on_cpu(args)`: whether a trainer colocates vLLM on the CPU (the only case that gets the fix below).
-- `keep_cpu_linear_weights()`: TRL's colocate mode copies the trainer's weights into vLLM's model after every
+- `cpu_linear_weights_kept()`: TRL's colocate mode copies the trainer's weights into vLLM's model after every
   optimizer step (`model.load_weights`, through each parameter's `weight_loader`). vLLM's CPU backend repacks every
   linear layer's weight at load (`dispatch_cpu_unquantized_gemm` in `vllm/model_executor/layers/utils.py`) for
   oneDNN / sgl kernels and, for the linear layers, replaces `layer.weight` with an empty parameter without a
   loader: the first sync fails (`AttributeError: 'Parameter' object has no attribute 'weight_loader'`), and where a
   weight is kept (the tied LM head), the packed copy it computes with would go stale after a sync. The fix keeps
   each 2-D weight and computes with `torch.nn.functional.linear` on it, so a synced weight is the weight sampled
-  from. Applied before the engine is built, only when colocating on CPU; CUDA is untouched.
+  from. Applied while the engine is built (and removed after), only when colocating on CPU; CUDA is untouched.
 - `cpu_defaults(...)`: the KV-cache space (`VLLM_CPU_KVCACHE_SPACE`, GiB, from the model's shape and the batch)
   and a writable cache root (`VLLM_CACHE_ROOT`, under the run's folder), each only where the user has not set it.
 - `check_version()`: a warning when the installed vLLM is outside the versions these fixes were tested with.
@@ -45,7 +45,7 @@ __all__ = [
     "colocated_engine_settings",
     "compute_dtype",
     "cpu_defaults",
-    "keep_cpu_linear_weights",
+    "cpu_linear_weights_kept",
 ]
 
 TESTED_VERSIONS = ("0.31.0",)  # vllm-cpu builds the CPU fix was tested with (tests marked `vllm`)
@@ -82,14 +82,13 @@ def colocate_on_cpu(args) -> bool:
     )
 
 
-def keep_cpu_linear_weights() -> bool:
-    """Make vLLM's CPU backend compute every 2-D linear weight with F.linear on the weight itself (module
-    docstring). Idempotent; returns whether the patch is in place."""
+@contextmanager
+def cpu_linear_weights_kept():
+    """While vLLM's CPU backend builds an engine: every 2-D linear weight is computed with F.linear on the weight
+    itself (module docstring). The dispatch is vLLM's own again after the build (the layers keep what it chose)."""
     from vllm.model_executor.layers import utils
 
     original = utils.dispatch_cpu_unquantized_gemm
-    if getattr(original, "_aer_trl_keeps_weights", False):
-        return True
 
     def dispatch_keeping_weights(layer, remove_weight: bool) -> None:
         import torch
@@ -100,11 +99,12 @@ def keep_cpu_linear_weights() -> bool:
             return
         original(layer, remove_weight)
 
-    dispatch_keeping_weights._aer_trl_keeps_weights = True
-    dispatch_keeping_weights._aer_trl_original = original
     utils.dispatch_cpu_unquantized_gemm = dispatch_keeping_weights
     logger.info("vLLM CPU: linear layers keep their weights (F.linear), so TRL's weight sync reaches them")
-    return True
+    try:
+        yield
+    finally:
+        utils.dispatch_cpu_unquantized_gemm = original
 
 
 def compute_dtype(model, args) -> str | None:
@@ -141,10 +141,13 @@ def colocated_engine_settings(trainer):
             if dtype is not None:
                 kwargs["dtype"] = dtype
                 logger.info("vLLM colocated engine in %s, the trainer's compute dtype", dtype)
-        if "enforce_eager" not in kwargs and colocate_on_cpu(trainer.args):
+        if not colocate_on_cpu(trainer.args):
+            return original(*args, **kwargs)
+        if "enforce_eager" not in kwargs:
             kwargs["enforce_eager"] = True
             logger.info("vLLM colocated on the CPU in eager mode (no torch.compile at every engine start)")
-        return original(*args, **kwargs)
+        with cpu_linear_weights_kept():
+            return original(*args, **kwargs)
 
     vllm_generation.LLM = build
     try:
@@ -179,10 +182,10 @@ def cpu_defaults(config, tokens: int, run_dir: str | os.PathLike, dtype_bytes: i
 
 
 def prepare_vllm_on_cpu(model, args) -> None:
-    """vLLM colocated on the CPU (`vllm-cpu`): the weight-sync fix and the defaults of `aer_trl.vllm_support`,
-    before TRL builds the engine. Nothing here runs on CUDA."""
+    """vLLM colocated on the CPU (`vllm-cpu`): the version check and the defaults of `aer_trl.vllm_support`, before
+    TRL builds the engine (the weight-sync fix is applied while it builds: `colocated_engine_settings`). Nothing here
+    runs on CUDA."""
     check_version()
-    keep_cpu_linear_weights()
     if isinstance(model, str):
         from transformers import AutoConfig
 

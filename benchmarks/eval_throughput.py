@@ -27,7 +27,8 @@ def main(argv=None) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from aer_trl.evaluation import EvalArguments, evaluate
+    from aer_bench.training import BenchEvalArguments as EvalArguments  # the arithmetic benchmark's options
+    from aer_trl.evaluation import evaluate
     from aer_trl.evaluation.backends import sampling_dtype
     from aer_trl.evaluation.plan import load_problems
     from aer_trl.evaluation.scoring import judge

@@ -182,7 +182,8 @@ def recipe_command(cpu: bool, out: Path, extra: list[str]) -> list[str]:
         size += ["--eval_k_list", "1", "4"]
     return [
         *launcher(cpu),
-        str(ROOT / "recipes" / "train.py"),
+        "-m",
+        "aer_bench.run",  # the arithmetic source is the research bench's: aer_trl.run with its classes
         "--config",
         str(RECIPE),
         *size,
@@ -267,7 +268,7 @@ def part_paper(cpu: bool, out: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     recipe = folder / "recipe.yaml"
     recipe.write_text(yaml.safe_dump({**shipped, **overrides}, sort_keys=False))
-    cmd = [*launcher(cpu), str(ROOT / "recipes" / "train.py"), "--config", str(recipe), "--report_to", "none"]
+    cmd = [*launcher(cpu), "-m", "aer_bench.run", "--config", str(recipe), "--report_to", "none"]
     code, seconds = run(cmd, out / "paper.log", timeout=900)
     result = {"ok": code == 0, "exit": code, "seconds": round(seconds, 1), "zero3": not cpu, "vllm": vllm}
     result["changed_keys"] = sorted(k for k in overrides if shipped.get(k) != overrides[k])

@@ -38,10 +38,9 @@ import yaml
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from aer_bench.stats import interval  # noqa: E402
-
 from aer_trl.resources import recipes_dir  # noqa: E402
 
-RECIPES = recipes_dir("lab")
+RECIPES = recipes_dir("lab", "aer_bench")
 STUDIES = {
     "table1": [(m, m, []) for m in ("grpo", "clip_higher", "ent_adv", "kl_cov", "clip_cov", "aer")],
     # C1 twice: at the recipe's α = 0.1 (the most full AER's α may reach) and at the fixed coefficient's 0.02, so that
@@ -89,10 +88,9 @@ def cell_dir(method: str, extra: list[str], seed: int, args) -> Path:
 def run_cell(study: str, name: str, method: str, extra: list[str], seed: int, args, held_out) -> dict:
     """Train and evaluate one cell unless its result is on disk; the result is written last, atomically."""
     from aer_bench.studies.report import evaluate_pass_at_k
-
+    from aer_bench.training import train_recipe
     from aer_trl.io import atomic_write
     from aer_trl.metrics import read_metrics
-    from aer_trl.training import train_recipe
 
     cell_dir_ = cell_dir(method, extra, seed, args)
     result_path = cell_dir_ / "cell.json"
@@ -233,9 +231,8 @@ def main(argv=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     studies = list(STUDIES) if args.study == "all" else [args.study]
 
+    from aer_bench.lab.tasks import make_arithmetic_dataset
     from aer_bench.studies.demo import held_out_set
-
-    from aer_trl.lab.tasks import make_arithmetic_dataset
 
     # every lab recipe trains on the same generated problems (lab_train_size 8192, lab_data_seed 0)
     train_prompts = set(make_arithmetic_dataset(8192, seed=0)["prompt"])

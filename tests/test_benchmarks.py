@@ -67,7 +67,7 @@ def test_lab_ablation_is_resumable_and_aggregates_with_intervals(tmp_path, monke
     assert "| aer_rho0.0 | 2 |" in table and "95% Student-t" in table and "--max_steps 4" in table
     assert (tmp_path / "abl" / "rho.png").stat().st_size > 5000
 
-    from aer_trl import training
+    from aer_bench import training  # the lab trains through the bench's classes
 
     monkeypatch.setattr(
         training, "train_recipe", lambda *a, **k: (_ for _ in ()).throw(AssertionError("reran a cell"))
@@ -88,7 +88,7 @@ def test_lab_ablation_is_resumable_and_aggregates_with_intervals(tmp_path, monke
 def test_lab_ablation_studies_share_runs_and_sweep_values_win(tmp_path, monkeypatch):
     import lab_ablation
 
-    from aer_trl import training
+    from aer_bench import training  # the lab trains through the bench's classes
 
     calls = []
 

@@ -64,8 +64,7 @@ def test_truncated_support_bonus_in_bf16_on_cuda(tmp_path, share):
 
 def test_lab_recipe_on_cuda_with_the_warm_start_built_in_process(tmp_path):
     from aer_bench.studies import demo
-
-    from aer_trl.training import train_recipe
+    from aer_bench.training import train_recipe
 
     overrides = [*demo.QUICK_OVERRIDES, "--max_steps", "4", "--lab_cache_dir", str(tmp_path / "lab")]
     _, _, trainer = train_recipe(

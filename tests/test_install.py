@@ -1,5 +1,6 @@
-"""The package installed from its wheel into a scratch virtualenv and run outside the repository: the recipes ship
-inside it, the console scripts exist, and the lab demo runs a few steps from a folder that has no checkout in it."""
+"""The library installed from its wheel into a scratch virtualenv and run outside the repository: the recipes ship
+inside it, the console scripts exist, the research bench is not in it, and a shipped CPU recipe trains a step from a
+folder that has no checkout in it."""
 
 import os
 import shutil
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests import helpers
 
 ROOT = Path(__file__).resolve().parents[1]
 HELP_EVERY_SCRIPT = """
@@ -28,7 +31,7 @@ for name in sys.argv[1:]:
 
 
 @pytest.mark.slow
-def test_the_wheel_installed_elsewhere_runs_the_lab_demo(tmp_path):
+def test_the_wheel_installed_elsewhere_trains_a_shipped_cpu_recipe(tmp_path, tokenizer):
     # build from a copy of what the wheel is made of, so the checkout gets no build/ folder
     src = tmp_path / "src"
     src.mkdir()
@@ -55,22 +58,33 @@ def test_the_wheel_installed_elsewhere_runs_the_lab_demo(tmp_path):
     def run(*cmd):
         return subprocess.run(cmd, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)
 
+    recipe_name = "smollm2_135m_instruct/gsm8k/aer"
     where = run(
-        str(python), "-c", "import aer_trl.resources as r; print(r.__file__); print(r.recipe_path('lab', 'aer'))"
+        str(python),
+        "-c",
+        f"import aer_trl.resources as r; print(r.__file__); print(r.resolve_recipe({recipe_name!r}))",
     )
     assert where.returncode == 0, where.stderr
     module, recipe = where.stdout.split()
     assert module.startswith(str(site)) and recipe.startswith(str(site))  # the installed copy, not the checkout
+    assert not list(site.glob("aer_bench*")) and not (site / "aer_trl" / "recipes" / "lab").exists()  # no bench
     # every console script is installed and its entry point answers --help (one interpreter: each separate start
-    # re-imports torch and TRL, ~6 s apiece); the lab demo below runs through its script file
-    scripts = ("aer-train", "aer-evaluate", "aer-lab-demo", "aer-real-study")
+    # re-imports torch and TRL, ~6 s apiece)
+    scripts = ("aer-train", "aer-evaluate")
     assert all(os.access(venv / "bin" / script, os.X_OK) for script in scripts)
     helps = run(str(python), "-c", HELP_EVERY_SCRIPT, *scripts)
     assert helps.returncode == 0 and helps.stdout.split() == [f"{s}:0" for s in scripts], helps.stdout + helps.stderr
-    demo = run(str(venv / "bin" / "aer-lab-demo"), "--quick", "--output_dir", "demo", "--lab_cache_dir", "cache")
-    assert demo.returncode == 0, demo.stderr[-3000:]  # the exit status of a run that worked is 0
-    assert "| AER-GRPO (`aer`) | 1 |" in (elsewhere / "demo" / "passk.md").read_text()
-    assert (elsewhere / "demo" / "aer-seed0" / "metrics.jsonl").is_file()
+    # the shipped CPU recipe by name, on a local model and data set (no Hub here), one step
+    model = helpers.save_model(tokenizer, elsewhere / "model")
+    shutil.copy(ROOT / "tests" / "data" / "gsm8k_real.jsonl", elsewhere / "gsm8k.jsonl")
+    size = ["--max_steps", "1", "--num_generations", "2", "--per_device_train_batch_size", "2"]
+    size += ["--max_completion_length", "8", "--save_strategy", "no"]
+    trained = run(
+        str(venv / "bin" / "aer-train"), "--config", recipe_name, "--model_name_or_path", model,
+        "--dataset_name", "gsm8k.jsonl", "--output_dir", "out", *size,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert (elsewhere / "out" / "metrics.jsonl").is_file() and (elsewhere / "out" / "README.md").is_file()
 
 
 def test_requires_python_is_no_lower_than_what_the_dependencies_need():

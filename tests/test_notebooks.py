@@ -4,6 +4,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
 from aer_bench.notebooks import execute
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))

@@ -4,7 +4,6 @@ chosen 2-shot format earns reward on the first step; one AER step on the real mo
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +24,7 @@ def recording_reward(completions, prompts=None, answer=None, **kwargs):
 
 
 def train(argv):
-    sys.path.insert(0, str(ROOT / "recipes"))
-    import train as train_script  # recipes/train.py
+    from aer_bench import run as train_script  # aer_trl.run with the arithmetic source's classes
 
     return train_script.main(argv)
 

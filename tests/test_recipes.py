@@ -87,11 +87,18 @@ def test_eval_recipes_load_in_strict_mode(recipe):
 
 
 def test_the_repositorys_recipe_folders_are_the_packages():
-    """One copy of each recipe: recipes/<setting> links into aer_trl/recipes/, which the wheel ships."""
-    linked = sorted(p.name for p in (ROOT / "recipes").iterdir() if p.is_symlink())
-    assert linked == sorted(p.name for p in recipes_dir().iterdir() if p.is_dir())
-    assert (ROOT / "recipes" / "lab" / "aer.yaml").resolve() == recipe_path("lab", "aer").resolve()
-    with pytest.raises(FileNotFoundError, match=r"no recipe 'nope' for 'lab'.*known: \['aer'"):
-        recipe_path("lab", "nope")
+    """One copy of each recipe: recipes/<setting> links into aer_trl/recipes/ (which the library's wheel ships) or
+    into the research bench's bench/aer_bench/recipes/, and every shipped recipe is reached through a link."""
+    links = [p for p in (ROOT / "recipes").rglob("*") if p.is_symlink()]
+    reached = {y.resolve() for link in links for y in (link.rglob("*.yaml") if link.is_dir() else [link])}
+    shipped = {
+        p.resolve() for package in ("aer_trl", "aer_bench") for p in recipes_dir(package=package).rglob("*.yaml")
+    }
+    assert reached == shipped
+    gsm8k = "smollm2_135m_instruct/gsm8k"
+    assert (ROOT / "recipes" / gsm8k / "aer.yaml").resolve() == recipe_path(gsm8k, "aer").resolve()
+    assert not (recipes_dir() / "lab").exists()  # the lab's recipes are the bench's
+    with pytest.raises(FileNotFoundError, match=r"no recipe 'nope' for .*gsm8k.*known: \['aer'"):
+        recipe_path(gsm8k, "nope")
     with pytest.raises(FileNotFoundError, match="no recipe folder 'nowhere'"):
         recipes_dir("nowhere")

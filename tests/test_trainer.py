@@ -590,8 +590,10 @@ def test_truncated_support_bonus_is_grpo_minus_mean_lambda_topk_entropy(tmp_path
     log-probs as through its fused head, and the controller still measures the full entropy."""
     from aer_trl.controller import sequence_entropy, truncated_entropy
 
-    args = helpers.make_config(tmp_path, method="aer_topk", aer_bonus_top_k=3, temperature=0.7,
-                               share_prompt_forward=share)  # fmt: skip
+    settings = dict(method="aer_topk", aer_bonus_top_k=3, temperature=0.7)
+    # the shared-prompt forward is the research bench's (its config and trainer)
+    args = helpers.make_bench_config(tmp_path, share_prompt_forward=True, **settings) if share else None
+    args = args or helpers.make_config(tmp_path, **settings)
     trainer = helpers.make_trainer(tokenizer, args)
     model = trainer.model
     model.train()

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from aer_bench.studies import demo
 
+import aer_bench.training  # noqa: F401 (registers the lab sources the tests train on)
+from aer_bench.studies import demo
 from aer_trl import AERGRPOConfig
 from tests import helpers
 
@@ -45,8 +46,7 @@ def lab_argv(tmp_path, *extra):
 def test_a_fresh_run_into_a_folder_with_an_earlier_runs_checkpoints_is_refused(tmp_path):
     """Its checkpoints would mix with the earlier run's, and `resume_from_checkpoint: latest` would then continue the
     earlier run from its highest step; resuming it is what the message offers, and works."""
-    sys.path.insert(0, str(ROOT / "recipes"))
-    import train  # recipes/train.py
+    from aer_bench import run as train  # aer_trl.run with the lab's classes
 
     train.main(lab_argv(tmp_path, "--max_steps", "2"))
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*") if p.name != "_aer_trl.lock"}
@@ -62,8 +62,7 @@ def test_a_lora_checkpoint_resumes_only_as_the_adapter_it_was_trained_as(tmp_pat
     """Resumed with another lora_alpha, the adapter's weights loaded under another scaling and trained on, silently;
     with use_peft toggled, transformers failed deep inside. Each is refused up front by name; the same settings
     resume."""
-    sys.path.insert(0, str(ROOT / "recipes"))
-    import train  # recipes/train.py
+    from aer_bench import run as train  # aer_trl.run with the lab's classes
 
     lora = ["--use_peft", "true", "--lora_target_modules", "all-linear"]
     train.main(lab_argv(tmp_path, "--max_steps", "1", *lora))
@@ -86,10 +85,8 @@ def test_a_lora_checkpoint_resumes_only_as_the_adapter_it_was_trained_as(tmp_pat
 def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anything(tmp_path):
     """Two runs in one folder overwrite each other's checkpoints and interleave metrics.jsonl: while a run holds
     `output_dir`, another is refused by name; a killed run leaves no stale lock."""
+    from aer_bench import run as train  # aer_trl.run with the lab's classes
     from aer_trl.training import RUN_LOCK, lock_output_dir
-
-    sys.path.insert(0, str(ROOT / "recipes"))
-    import train  # recipes/train.py
 
     run = tmp_path / "run"
     run.mkdir()
@@ -106,8 +103,7 @@ def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anyth
 def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
     import subprocess
 
-    sys.path.insert(0, str(ROOT / "recipes"))
-    import train  # recipes/train.py
+    from aer_bench import run as train  # aer_trl.run with the lab's classes
 
     train.main(lab_argv(tmp_path, "--max_steps", "2"))
     run = tmp_path / "run"
@@ -115,7 +111,8 @@ def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "recipes" / "train.py"),
+            "-m",
+            "aer_bench.run",
             *lab_argv(tmp_path, "--max_steps", "3"),
             "--resume_from_checkpoint",
             "true",
@@ -217,8 +214,7 @@ def test_train_script_trains_on_local_model_and_data_and_writes_card(tmp_path, t
     helpers.save_model(tokenizer, model_dir)
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"problem": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(16)))
-    sys.path.insert(0, str(ROOT / "recipes"))
-    import train  # recipes/train.py
+    from aer_bench import run as train  # aer_trl.run with the lab's classes
 
     out = tmp_path / "out"
     train.main(

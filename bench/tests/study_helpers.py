@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import yaml
+
 from aer_bench.studies import real_study
 
 

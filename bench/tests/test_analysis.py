@@ -3,6 +3,7 @@
 import math
 
 import torch
+
 from aer_bench.analysis import REPORTED, entropy_and_gradient, token_classes, tokens_table
 
 

@@ -5,10 +5,10 @@ import json
 from pathlib import Path
 
 import pytest
-from aer_bench.studies import demo
 
+from aer_bench.studies import demo
+from aer_bench.training import train_recipe
 from aer_trl.metrics import read_metrics
-from aer_trl.training import train_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import study_helpers
 import yaml
-from aer_bench.studies import real_study
 
+from aer_bench.studies import real_study
 from tests import helpers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +85,7 @@ def test_a_finished_cell_drops_its_checkpoints_and_a_failed_one_keeps_them_to_re
     aer = study.arm("aer")
     commands = []
 
-    def fake_training(command, **kwargs):  # what `aer_trl.run` leaves: checkpoints, then the final model
+    def fake_training(command, **kwargs):  # what `aer_bench.run` leaves: checkpoints, then the final model
         commands.append(command)
         out = Path(command[command.index("--output_dir") + 1])
         (out / "checkpoint-30").mkdir(exist_ok=True)
@@ -117,7 +117,7 @@ from pathlib import Path
 from aer_bench.studies import real_study
 
 study_file, fake_python = sys.argv[1], sys.argv[2]
-sys.executable = fake_python  # train_cell starts `<python> -m aer_trl.run ...`: here a stand-in that sleeps
+sys.executable = fake_python  # train_cell starts `<python> -m aer_bench.run ...`: here a stand-in that sleeps
 real_study.run_queue([real_study.load_study(study_file)], Path(study_file).parent / "o", evaluate_models=False,
                      seeds=[0], arms=["grpo"])
 """

@@ -3,6 +3,7 @@
 import math
 
 import pytest
+
 from aer_bench import stats
 from aer_bench.stats import interval
 

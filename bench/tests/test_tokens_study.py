@@ -7,9 +7,9 @@ import json
 
 import pytest
 import torch
+
 from aer_bench.analysis import REPORTED, entropy_and_gradient, token_classes
 from aer_bench.studies.tokens import breakdown
-
 from aer_trl.evaluation import EvalArguments, evaluate
 from tests import helpers
 

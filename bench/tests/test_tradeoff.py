@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import study_helpers
+
 from aer_bench.studies import real_study, tradeoff
 
 

@@ -12,11 +12,11 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from aer_trl import AERGRPOTrainer  # noqa: E402
+from aer_bench.training import BenchGRPOTrainer  # noqa: E402
 from tests import helpers  # noqa: E402
 
 
-class RecordingTrainer(AERGRPOTrainer):
+class RecordingTrainer(BenchGRPOTrainer):  # the library's trainer plus the bench's shared-prompt paths (flags below)
     rollouts: list
 
     def _generate_and_score_completions(self, inputs):
@@ -65,7 +65,7 @@ def main():
         passk = PassAtKCallback(cli.eval_bench, eval_steps=1, num_samples=2, k_list=[1, 2], max_new_tokens=2)
 
     tokenizer = helpers.make_tokenizer()
-    args = helpers.make_config(
+    args = helpers.make_bench_config(
         cli.output_dir,
         # groups of 4: with 2 ranks, 2 completions each and every group spans both; with 1 (a GPU test), all 4
         per_device_train_batch_size=4 // int(os.environ.get("WORLD_SIZE", "1")),

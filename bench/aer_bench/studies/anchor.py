@@ -97,7 +97,7 @@ def probe_table(record: dict) -> str:
 def measure_probe(prompts: int, seeds: list[int], record_path: Path, recipe: Path, output_dir: Path | None) -> dict:
     """One training step of `recipe` per seed with `aer_anchor_probe: prompts`; records the probe's H0 and the first
     rollout batch's entropy per seed (resumable: seeds already in the record are skipped)."""
-    from aer_trl.training import train_recipe
+    from aer_bench.training import train_recipe
 
     record = json.loads(record_path.read_text()) if record_path.is_file() else {"seeds": {}}
     if record["seeds"] and record.get("probe_prompts") != prompts:

@@ -17,14 +17,14 @@ import json
 import time
 from pathlib import Path
 
-from aer_trl.lab.tasks import make_arithmetic_dataset
+from aer_bench.lab.tasks import make_arithmetic_dataset
+from aer_bench.training import train_recipe
 from aer_trl.metrics import read_metrics
 from aer_trl.resources import recipes_dir
-from aer_trl.training import train_recipe
 
 from .report import evaluate_pass_at_k, passk_markdown, plot_entropy, plot_runs, summary_markdown
 
-RECIPES = recipes_dir("lab")  # shipped inside the package: the demo runs from a wheel too
+RECIPES = recipes_dir("lab", "aer_bench")  # shipped inside the package: the demo runs from a wheel too
 # a lab run in seconds (the tiny warm start, 64 problems, 16 completions a step): checks a pipeline, proves nothing
 QUICK_OVERRIDES = [
     "--lab_warm_start",
@@ -47,7 +47,7 @@ def held_out_set(per_tier: int, train_prompts: set[str]):
     (the 1-digit tiers have only 100 and 64 distinct problems, all seen in training: there, a fresh draw)."""
     from datasets import concatenate_datasets
 
-    from aer_trl.lab.tasks import TIERS
+    from aer_bench.lab.tasks import TIERS
 
     parts = []
     for tier in TIERS:
@@ -85,7 +85,7 @@ def main(argv=None) -> dict:
         overrides_common += ["--max_steps", str(args.max_steps)]
 
     # the warm start is built (or found in the cache) first and timed on its own, not charged to the first method
-    from aer_trl.lab.warmstart import WARM_START_PRESETS, build_warm_start
+    from aer_bench.lab.warmstart import WARM_START_PRESETS, build_warm_start
 
     start = time.perf_counter()
     preset = (

@@ -34,7 +34,7 @@ def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path, claim=
     command = [
         sys.executable,
         "-m",
-        "aer_trl.run",  # the training command line, as `aer-train`
+        "aer_bench.run",  # the bench's training command line (`aer_trl.run` with its classes)
         "--config",
         str(folder / "recipe.yaml"),
         "--output_dir",
@@ -73,15 +73,14 @@ def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path, claim=
 def eval_arguments(study: Study, arm: Arm, models: list[str], output_dir: str | Path):
     """Held-out sampling in the format and token budget the arm was trained with (its merged recipe, parsed as the
     training command parses it: a `max_completion_length` or prompt setting of the study reaches the evaluation)."""
-    from aer_trl.evaluation import EvalArguments
-    from aer_trl.training import parse_recipe
+    from aer_bench.training import BenchEvalArguments, parse_recipe
 
     eval_dir = Path(output_dir) / "eval"
     eval_dir.mkdir(parents=True, exist_ok=True)
     recipe = eval_dir / f".recipe-{arm.recipe}-{settings_hash(study.merged(arm))}.yaml"
     atomic_write(recipe, yaml.safe_dump(study.merged(arm), sort_keys=True, allow_unicode=True))
     script_args, training_args, _ = parse_recipe(["--config", str(recipe), "--output_dir", str(eval_dir)])
-    return EvalArguments(
+    return BenchEvalArguments(
         models=models,
         benchmarks=["arithmetic"],
         output_dir=str(eval_dir),

@@ -12,7 +12,7 @@ import yaml
 
 from aer_trl.resources import recipes_dir
 
-RECIPES = recipes_dir("smollm2_135m_instruct/arithmetic")  # shipped inside the package
+RECIPES = recipes_dir("smollm2_135m_instruct/arithmetic", "aer_bench")  # shipped inside the package
 
 
 KS = (1, 2, 4, 8, 16)

@@ -1,19 +1,25 @@
-"""AERGRPOTrainer's shared-prompt speed-ups, a mixin over TRL's GRPOTrainer: the completions of a group share their
-prompt, so `share_prompt_generation` prefills each distinct prompt once for its group's rollouts and
-`share_prompt_forward` runs each distinct prompt's forward once in the loss, its KV cache indexed out to the rows
-that share it. The same tokens and the same loss as TRL's paths up to float rounding (tests/test_shared_generation.py,
-tests/test_shared_prompt.py). The AER core (aer_trl/trainer.py) calls `_shared_prompt_logps` from its log-prob hook.
+"""The bench's CPU speed-ups, a mixin over `AERGRPOTrainer` (`aer_bench.training.BenchGRPOTrainer`): the completions
+of a group share their prompt, so `share_prompt_generation` prefills each distinct prompt once for its group's
+rollouts and `share_prompt_forward` runs each distinct prompt's forward once in the loss, its KV cache indexed out to
+the rows that share it. The same tokens and the same loss as TRL's paths up to float rounding
+(bench/tests/test_shared_generation.py, bench/tests/test_shared_prompt.py). On a GPU neither applies (vLLM rollouts,
+gradient checkpointing), so they stay out of the library.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .compat import cache_kwarg
-from .kvcache import positions, prefill
+from aer_trl.compat import cache_kwarg
+from aer_trl.kvcache import positions, prefill
 
 
 class SharedPromptMixin:
+    def _logps_forward(self, *args, **kwargs):
+        """The loss's log-prob forward (`AERGRPOTrainer._logps_forward`): the shared-prompt one where it applies."""
+        shared = self._shared_prompt_logps(*args, **kwargs) if self.args.share_prompt_forward else None
+        return shared if shared is not None else super()._logps_forward(*args, **kwargs)
+
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         """`share_prompt_generation`: TRL's transformers rollout with each distinct prompt prefilled once; TRL's own
         path everywhere else (vLLM, continuous batching, multimodal or tool rollouts, or no repeated prompt)."""

@@ -13,7 +13,7 @@ from tests import helpers
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory):
     tokenizer = helpers.make_tokenizer()
-    args = helpers.make_config(
+    args = helpers.make_bench_config(
         tmp_path_factory.mktemp("gen"), share_prompt_generation=True, max_completion_length=6, num_generations=4
     )
     return helpers.make_trainer(tokenizer, args, seed=3)
@@ -33,7 +33,7 @@ def _both(trainer, prompt_ids, seed):
 
 
 def test_same_seed_same_tokens_as_trls_generate(trainer, monkeypatch):
-    from aer_trl import shared_prompt
+    from aer_bench import shared_prompt
 
     prompt_ids = _prompt_ids(trainer.processing_class, ["12+3=", "7+5=", "101+9="], 4)
     prefilled, prefill = [], shared_prompt.prefill
@@ -70,7 +70,7 @@ def test_trls_path_where_it_does_not_apply(trainer, monkeypatch):
 
 def test_trains_with_shared_generation(tmp_path):
     tokenizer = helpers.make_tokenizer()
-    args = helpers.make_config(tmp_path, share_prompt_generation=True, aer_alpha_init=0.05, max_steps=2)
+    args = helpers.make_bench_config(tmp_path, share_prompt_generation=True, aer_alpha_init=0.05, max_steps=2)
     trainer = helpers.make_trainer(tokenizer, args)
     trainer.train()
     assert trainer.state.global_step == 2

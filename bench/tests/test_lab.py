@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from aer_trl.lab.tasks import TIERS, format_completion, make_arithmetic_dataset, make_sft_dataset
-from aer_trl.lab.warmstart import WarmStartConfig, build_warm_start
+from aer_bench.lab.tasks import TIERS, format_completion, make_arithmetic_dataset, make_sft_dataset
+from aer_bench.lab.warmstart import WarmStartConfig, build_warm_start
 from aer_trl.rewards import math_accuracy_reward
 
 

@@ -1,11 +1,13 @@
 """`share_prompt_forward`: each distinct prompt's forward once, its KV cache shared by its group's completions, gives
 TRL's log-probabilities, entropies and gradients (up to float rounding), and trains like TRL's forward."""
 
+import inspect
+
 import pytest
 import torch
 from trl import GRPOTrainer
 
-from aer_trl import AERGRPOTrainer
+from aer_bench.training import BenchGRPOTrainer
 from tests import helpers
 
 
@@ -30,8 +32,8 @@ def _batch(tokenizer):
 def trainer(tmp_path):
     tokenizer = helpers.make_tokenizer()
     model = helpers.make_model(tokenizer)
-    args = helpers.make_config(tmp_path, share_prompt_forward=True)
-    return AERGRPOTrainer(
+    args = helpers.make_bench_config(tmp_path, share_prompt_forward=True)
+    return BenchGRPOTrainer(
         model=model,
         reward_funcs=helpers.even_length_reward,
         args=args,
@@ -85,11 +87,13 @@ def test_training_with_the_shared_prompt_forward_matches_trls_forward(tmp_path):
     tokenizer = helpers.make_tokenizer()
 
     def run(share):
-        trainer = AERGRPOTrainer(
+        trainer = BenchGRPOTrainer(
             model=helpers.make_model(tokenizer),
             reward_funcs=[helpers.even_length_reward, helpers.digit_count_reward],
             # SGD: Adam turns float rounding on near-zero gradients into full ±lr steps; SGD's update is the gradient's
-            args=helpers.make_config(tmp_path / str(share), share_prompt_forward=share, max_steps=2, optim="sgd"),
+            args=helpers.make_bench_config(
+                tmp_path / str(share), share_prompt_forward=share, max_steps=2, optim="sgd"
+            ),
             train_dataset=helpers.make_dataset(),
             processing_class=tokenizer,
         )
@@ -101,3 +105,29 @@ def test_training_with_the_shared_prompt_forward_matches_trls_forward(tmp_path):
     assert loss == pytest.approx(ref_loss, rel=1e-4, abs=1e-6)
     for name in ref_state:
         torch.testing.assert_close(state[name], ref_state[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_logps_method_takes_only_keywords_the_shared_prompt_path_knows():
+    """The shared prompt forward keeps an allow-list of TRL's keywords: a keyword TRL adds must be classified there
+    (shared, or TRL's own forward) before it can pass."""
+    base = list(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)[1:]
+    assert base[:6] == ["model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy"]
+    assert set(base[6:]) <= BenchGRPOTrainer._SHARED_PROMPT_KNOWN, (
+        set(base[6:]) - BenchGRPOTrainer._SHARED_PROMPT_KNOWN
+    )
+
+
+def test_the_shared_prompt_path_refuses_a_keyword_it_does_not_know(trainer):
+    ids, mask, keep = _batch(trainer.processing_class)
+    with pytest.raises(ValueError, match=r"share_prompt_forward: TRL passed \['future_kwarg'\]"):
+        trainer._shared_prompt_logps(trainer.model, ids, mask, keep, future_kwarg=None)
+    # the multimodal ones it knows send the batch to TRL's forward
+    assert trainer._shared_prompt_logps(trainer.model, ids, mask, keep, pixel_values=torch.zeros(1)) is None
+
+
+def test_the_shared_rollout_takes_what_trl_passes_its_generate_single_turn():
+    """The bench's one override of a private TRL method: TRL calls it with these parameters, in this order."""
+    from aer_bench.shared_prompt import SharedPromptMixin
+
+    theirs = list(inspect.signature(GRPOTrainer._generate_single_turn).parameters)
+    assert list(inspect.signature(SharedPromptMixin._generate_single_turn).parameters) == theirs

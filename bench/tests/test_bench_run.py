@@ -1,0 +1,33 @@
+"""aer_bench.run and aer_bench.training: the bench's training command line (`aer_trl.run` with the lab's classes),
+and every recipe the bench ships loads strictly with them."""
+
+import pytest
+
+from aer_bench.training import BenchConfig, parse_recipe
+from aer_trl.resources import recipes_dir
+
+BENCH_RECIPES = sorted(recipes_dir(package="aer_bench").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", BENCH_RECIPES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_bench_recipe_loads_in_strict_mode(recipe):
+    _, training_args, _ = parse_recipe(["--config", str(recipe), "--bf16", "false", "--use_cpu", "true"])
+    assert isinstance(training_args, BenchConfig)
+
+
+def test_the_bench_command_line_defaults_to_the_lab(tmp_path, monkeypatch):
+    import aer_trl.run
+    from aer_bench import run
+    from aer_bench.training import BenchGRPOTrainer
+
+    captured = {}
+
+    def fake_train(script, training, model, trainer_class):
+        captured.update(script=script, training=training, model=model, trainer_class=trainer_class)
+
+    monkeypatch.setattr(aer_trl.run, "train", fake_train)
+    run.main(["--output_dir", str(tmp_path)])
+    assert captured["script"].dataset_name == "lab" and captured["model"].model_name_or_path is None
+    assert captured["training"].use_cpu and captured["training"].method == "aer"
+    assert captured["training"].output_dir == str(tmp_path)  # flags override the YAML
+    assert captured["trainer_class"] is BenchGRPOTrainer
