@@ -34,11 +34,13 @@ install: $(BIN)/python
 # (2026-11-27): 2 workers 346 s (638 s while training runs took both cores).
 # TEST_WORKERS=0 runs it serially.
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
+XDIST = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)
 test:
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q $(XDIST)
 
+# The tests that take under 10 s each (slow and multi-process ones left out), on the same workers.
 test-fast:
-	$(BIN)/python -m pytest -q -m "not distributed and not slow"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q $(XDIST) -m "not distributed and not slow"
 
 # On a machine with a CUDA GPU: the whole package there (bf16 AER, the lab on cuda, evaluation, ZeRO-3 on one GPU).
 test-gpu:

@@ -261,7 +261,7 @@ class AERGRPOConfig(GRPOConfig):
     def _engine_generation_kwargs(self) -> None:
         """`use_cache` is an argument of transformers' `generate` (the CPU recipes set it: gradient checkpointing
         turns the model's cache off); TRL hands `generation_kwargs` to vLLM's `SamplingParams` when `use_vllm`, which
-        refuses it ("Unexpected keyword argument 'use_cache'", seen on an H100). vLLM always keeps a KV cache, so the
+        refuses it ("Unexpected keyword argument 'use_cache'"). vLLM always keeps a KV cache, so the
         key is dropped there, with a note, and a recipe runs on either engine unchanged."""
         if self.use_vllm and self.generation_kwargs and "use_cache" in self.generation_kwargs:
             self.generation_kwargs = {k: v for k, v in self.generation_kwargs.items() if k != "use_cache"}

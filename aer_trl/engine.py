@@ -32,7 +32,7 @@ class ColocatedSampler(VLLMGenerator):
     """The harness's vLLM sampling on the run's colocated engine. With sleep mode, its KV cache is woken at the first
     chunk and the engine put back to sleep once, by `close()` after the last: a level-2 sleep discards the weights,
     so sleeping between chunks would leave the next chunk waking its cache over unmapped weights (CUDA's "invalid
-    argument" in vLLM's `wake_up`, seen on an H100), and waking the weights again would need the ZeRO-3 gather that
+    argument" in vLLM's `wake_up`), and waking the weights again would need the ZeRO-3 gather that
     only `sync_engine_weights` does on every process together."""
 
     def __init__(self, generation, args):

@@ -4,7 +4,7 @@ the logits; the entropy over the top-k of each token's distribution needs them. 
 on, the log-prob hook goes through `_support_logps` (or the shared-prompt forward's logits head), which runs the
 model's own forward for the completion positions' logits and computes, from the same logits, TRL's log-probs and
 full entropies (`trl.trainer.utils.selective_log_softmax_and_entropy`, at TRL's temperature) and the truncated
-entropies the bonus raises. The AER core (aer_trl/trainer.py) collects the latter with `_support_collect`.
+entropies the bonus raises, into the loss's capture (`aer_trl.trainer.LossCapture.top_k_parts`).
 """
 
 from __future__ import annotations
@@ -16,27 +16,13 @@ from .controller import truncated_entropy
 
 
 class TruncatedSupportMixin:
-    _aer_support_parts: list | None = None  # a list while a loss forward collects truncated entropies, else None
-
     def _support_head(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`logits` (B, K, V) of the positions that predict `labels` (B, K): TRL's log-probs and full entropies at
-        TRL's temperature; the truncated entropies (with gradient) go to the collection."""
+        TRL's temperature; the truncated entropies (with gradient) go to the loss's capture (`LossCapture`)."""
         logits = logits.float() / self.temperature
         logps, entropies = selective_log_softmax_and_entropy(logits, labels)
-        self._aer_support_parts.append(truncated_entropy(logits, self.args.aer_bonus_top_k))
+        self._loss_capture.top_k_parts.append(truncated_entropy(logits, self.args.aer_bonus_top_k))
         return logps, entropies
-
-    def _support_collect(self, forward, *args, **kwargs):
-        """Runs the log-prob `forward` with the truncated entropies collected; returns its result and them."""
-        self._aer_support_parts = []
-        try:
-            result = forward(*args, **kwargs)
-            parts = self._aer_support_parts
-        finally:
-            self._aer_support_parts = None
-        if not parts:
-            raise RuntimeError("aer_bonus_top_k: the log-prob forward produced no truncated entropies")
-        return result, torch.cat(parts)
 
     def _support_logps(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs

@@ -16,6 +16,8 @@ from __future__ import annotations
 import copy
 import logging
 import math
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
@@ -44,12 +46,41 @@ from .vllm_support import colocate_on_cpu, colocated_engine_settings, prepare_vl
 logger = logging.getLogger(__name__)
 
 
+@dataclass
+class RolloutCapture:
+    """What TRL's scoring of a rollout batch hands back to AER: the rewards per function, gathered over processes."""
+
+    rewards: torch.Tensor | None = None
+
+
+@dataclass
+class LossCapture:
+    """What one loss forward hands back to AER beside TRL's loss: the per-token entropies TRL's fused head computed
+    (with gradient) and, for `aer_bonus_top_k`, the truncated ones (`top_k_parts`, one per forward chunk). `inputs`:
+    the batch TRL's loss reads, for a method's per-token hook."""
+
+    inputs: dict | None = None
+    entropies: torch.Tensor | None = None
+    top_k_parts: list | None = None
+
+    @property
+    def bonus_entropies(self) -> torch.Tensor | None:
+        if self.top_k_parts is None:
+            return None
+        if not self.top_k_parts:
+            raise RuntimeError("aer_bonus_top_k: the log-prob forward produced no truncated entropies")
+        return torch.cat(self.top_k_parts)
+
+
 class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOTrainer):
     """GRPO with Adaptive Entropy Regularization. Same constructor as `trl.GRPOTrainer`; `args` is an `AERGRPOConfig`
     (a plain `trl.GRPOConfig` is converted, the AER fields at their defaults)."""
 
     _tag_names = ["trl", "grpo", "aer", "aer_trl"]
     _name = "AER-GRPO"
+    # alive only while TRL's scoring / loss runs inside AER's override (`_capturing`), None otherwise
+    _rollout_capture: RolloutCapture | None = None
+    _loss_capture: LossCapture | None = None
 
     def __init__(
         self,
@@ -106,12 +137,7 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
         self._aer_method = get_method(args.method)
         self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
         self._aer_correctness_index = resolve_correctness_index(args.aer_correctness_reward, self.reward_func_names)
-        self._aer_gathered_rewards: torch.Tensor | None = None
-        self._aer_capture_entropy = False
-        self._aer_entropies: torch.Tensor | None = None
-        self._aer_bonus_entropies: torch.Tensor | None = None  # the truncated-support entropies (aer_bonus_top_k)
         self._aer_entropy_stats: torch.Tensor | None = None  # local [sum of H over tokens, token count]
-        self._aer_loss_inputs: dict | None = None  # the batch TRL's loss is reading (for the per-token baselines)
         self._aer_last_metrics: dict[str, float] = {}  # last logged aer/* values, repeated on steps without new ones
         self.aer_resume_changes: dict[str, tuple] = {}  # settings that differ from the checkpoint resumed from
         self._aer_token_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
@@ -140,6 +166,16 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
     def aer_alpha(self) -> float:
         return self.aer_callback.alpha
 
+    @contextmanager
+    def _capturing(self, name: str, capture):
+        """`capture` as `self.<name>` while TRL's code runs inside the block: the one way AER's hooks hand values
+        back past TRL's methods, which do not return them."""
+        setattr(self, name, capture)
+        try:
+            yield capture
+        finally:
+            setattr(self, name, None)
+
     # ------------------------------------------------------------------------------------------------ rollout
     def _cut_off(self, completion_ids_list) -> list[bool]:
         """Which completions end in neither EOS nor padding: TRL's own test of truncation (`mask_truncated_completions`
@@ -156,7 +192,8 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
         ]
         inputs = [{**example, "completion_truncated": c} for example, c in zip(inputs, cut, strict=True)]
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._aer_gathered_rewards = rewards_per_func  # (N_global, n_funcs), gathered over processes, NaN=None
+        if self._rollout_capture is not None:
+            self._rollout_capture.rewards = rewards_per_func  # (N_global, n_funcs), gathered over processes, NaN=None
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -169,14 +206,13 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
             probe = self._aer_probe_entropy()
             self.aer_callback.controller.anchor(probe)
             self._anchor_trl_entropy_target(probe)  # aer_trl_target_ratio anchors at the same H0
-        output = super()._generate_and_score_completions(inputs)
+        with self._capturing("_rollout_capture", RolloutCapture()) as capture:
+            output = super()._generate_and_score_completions(inputs)
         if not self.args.aer_measurements:
-            self._aer_gathered_rewards = None
             return output
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        rewards = self._aer_gathered_rewards[:, self._aer_correctness_index]
-        self._aer_gathered_rewards = None
+        rewards = capture.rewards[:, self._aer_correctness_index]
 
         correct = (rewards >= self.args.aer_correctness_threshold).float()
         correct[torch.isnan(rewards)] = float("nan")  # unscorable completions are left out of g(q)
@@ -215,22 +251,18 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
         return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        if self._aer_capture_entropy and self.args.aer_bonus_top_k is not None:  # the truncated-support bonus
-            (logps, entropies, aux_loss), self._aer_bonus_entropies = self._support_collect(
-                self._logps_forward, *args, **kwargs
-            )
-        else:
-            logps, entropies, aux_loss = self._logps_forward(*args, **kwargs)
-        if self._aer_capture_entropy and entropies is not None:
-            self._aer_entropies = entropies
-            if self._aer_loss_inputs is not None:
-                logps = self._apply_token_method(logps, entropies, self._aer_loss_inputs)
+        logps, entropies, aux_loss = self._logps_forward(*args, **kwargs)
+        capture = self._loss_capture
+        if capture is not None and entropies is not None:  # inside AER's compute_loss: hand them back
+            capture.entropies = entropies
+            if capture.inputs is not None:
+                logps = self._apply_token_method(logps, entropies, capture.inputs)
         return logps, entropies, aux_loss
 
     def _logps_forward(self, *args, **kwargs):
         """The log-prob forward: the truncated-support one while that bonus collects (support.py), else TRL's. A
         subclass may route it elsewhere (the research bench's shared-prompt forward does)."""
-        if self._aer_support_parts is not None:
+        if self._loss_capture is not None and self._loss_capture.top_k_parts is not None:
             return self._support_logps(*args, **kwargs)
         return super()._get_per_token_logps_and_entropies(*args, **kwargs)
 
@@ -260,14 +292,12 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)  # TRL's loss, untouched
         if hook:
             inputs = dict(inputs)  # a shallow copy: the buffered rollout batch is left as it was
-            self._aer_loss_inputs = inputs
-        self._aer_capture_entropy, self._aer_entropies, self._aer_bonus_entropies = True, None, None
-        try:
+        capture = LossCapture(
+            inputs=inputs if hook else None, top_k_parts=[] if self.args.aer_bonus_top_k is not None else None
+        )
+        with self._capturing("_loss_capture", capture):
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        finally:
-            self._aer_capture_entropy, self._aer_loss_inputs = False, None
-        entropies, self._aer_entropies = self._aer_entropies, None
-        bonus_entropies, self._aer_bonus_entropies = self._aer_bonus_entropies, None
+        entropies, bonus_entropies = capture.entropies, capture.bonus_entropies
         if entropies is None:
             raise RuntimeError("TRL's loss did not compute token entropies; AERGRPOTrainer cannot add its bonus")
 

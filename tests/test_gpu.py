@@ -22,7 +22,7 @@ pytestmark = [
 
 def test_bf16_aer_training_on_cuda(tmp_path):
     tokenizer = helpers.make_tokenizer()
-    args = helpers.make_config(
+    args = helpers.make_bench_config(
         tmp_path, use_cpu=False, bf16=True, max_steps=3, aer_alpha_init=0.05, share_prompt_forward=True
     )
     trainer = helpers.make_trainer(tokenizer, args)
@@ -40,7 +40,7 @@ def test_truncated_support_bonus_in_bf16_on_cuda(tmp_path, share):
     import math
 
     tokenizer = helpers.make_tokenizer()
-    args = helpers.make_config(
+    args = helpers.make_bench_config(
         tmp_path, use_cpu=False, bf16=True, max_steps=3, method="aer_topk", aer_bonus_top_k=3, aer_alpha_init=0.05,
         share_prompt_forward=share,
     )  # fmt: skip
@@ -51,7 +51,7 @@ def test_truncated_support_bonus_in_bf16_on_cuda(tmp_path, share):
 
     def recording_head(*a, **k):  # the truncated entropies each forward hands to the bonus
         result = head(*a, **k)
-        seen.append(trainer._aer_support_parts[-1].detach())
+        seen.append(trainer._loss_capture.top_k_parts[-1].detach())
         return result
 
     trainer._support_head = recording_head

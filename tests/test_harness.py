@@ -409,6 +409,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.slow  # ~11 s: a worker, its parent killed, and the worker's own shutdown
 @pytest.mark.parametrize("watch", [True, False])
 def test_a_data_parallel_worker_stops_when_its_parent_is_killed_alone(watch):
     """`kill -9` of the evaluation alone: a worker that watches its parent stops within seconds instead of sampling on

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
 RECIPE = ROOT / "recipes" / "smollm2_135m_instruct" / "gsm8k" / "aer.yaml"
-pytestmark = pytest.mark.real
+pytestmark = [pytest.mark.real, pytest.mark.slow]  # trains SmolLM2 once for the module (~12 s)
 
 
 @pytest.fixture(scope="module")

@@ -102,6 +102,45 @@ def test_the_colocated_engine_is_eager_on_the_cpu_and_compiled_on_cuda(monkeypat
     ]
 
 
+def test_the_cpu_weight_fix_is_in_place_only_while_the_engine_is_built(monkeypatch):
+    """vLLM's CPU gemm dispatch is replaced while TRL builds the colocated engine on the CPU and is vLLM's own again
+    after (no process-wide patch left behind); on CUDA it is never touched."""
+    import sys
+    import types
+
+    import torch
+    from trl.generation import vllm_generation
+
+    def original(layer, remove_weight):
+        layer.packed = True
+
+    utils = types.SimpleNamespace(dispatch_cpu_unquantized_gemm=original)
+    for name in ("vllm", "vllm.model_executor", "vllm.model_executor.layers"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setattr(sys.modules["vllm.model_executor.layers"], "utils", utils, raising=False)
+    monkeypatch.setitem(sys.modules, "vllm.model_executor.layers.utils", utils)
+    layers = []
+
+    def build(**kwargs):  # what vLLM's loader does to each linear layer while the engine is built
+        layer = types.SimpleNamespace(weight=torch.zeros(2, 2))
+        utils.dispatch_cpu_unquantized_gemm(layer, True)
+        layers.append(layer)
+
+    monkeypatch.setattr(vllm_generation, "LLM", build, raising=False)
+    model = torch.nn.Linear(2, 2)
+    cpu = SimpleNamespace(bf16=False, fp16=False, use_vllm=True, vllm_mode="colocate", use_cpu=True)
+    with vllm_support.colocated_engine_settings(SimpleNamespace(model=model, args=cpu)):
+        vllm_generation.LLM(model="m")
+        assert utils.dispatch_cpu_unquantized_gemm is original  # only around the build itself
+    assert layers[0].cpu_linear is torch.nn.functional.linear and not hasattr(layers[0], "packed")
+    assert utils.dispatch_cpu_unquantized_gemm is original
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cuda = SimpleNamespace(**{**vars(cpu), "use_cpu": False})
+    with vllm_support.colocated_engine_settings(SimpleNamespace(model=model, args=cuda)):
+        vllm_generation.LLM(model="m")
+    assert layers[1].packed and not hasattr(layers[1], "cpu_linear")
+
+
 def test_without_vllm_the_engine_dtype_changes_nothing(monkeypatch):
     from trl.generation import vllm_generation
 

@@ -131,10 +131,11 @@ class SharedPromptMixin:
             return None
         config = self.accelerator.unwrap_model(model).config  # a DeepSpeed engine's `.config` is its JSON dict
         cache_name = cache_kwarg(model)  # `cache`, or `past_key_values` before transformers renamed it
+        top_k = self._loss_capture is not None and self._loss_capture.top_k_parts is not None
         with self.accelerator.autocast():
             cache = prefill(model, unique[:, :width], unique[:, width:], inverse, config=config)
             tail = input_ids[:, width - 1 :]  # the last prompt token, then the completion
-            if getattr(self, "_aer_support_parts", None) is not None:  # the truncated-support bonus (support.py)
+            if top_k:  # the truncated-support bonus (aer_trl/support.py): the logits, not the fused head
                 head = {"use_cache": False}
             else:
                 shift_labels = input_ids[:, width:].masked_fill(attention_mask[:, width:] == 0, -100)
@@ -147,7 +148,7 @@ class SharedPromptMixin:
                 **{cache_name: cache},
                 **head,
             )
-        if getattr(self, "_aer_support_parts", None) is not None:
+        if top_k:
             logps, entropies = self._support_head(outputs.logits[:, :logits_to_keep], input_ids[:, width:])
             return logps, entropies if compute_entropy else None, None
         logps = outputs.log_probs[:, :logits_to_keep]
