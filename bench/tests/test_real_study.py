@@ -107,6 +107,13 @@ def test_a_finished_cell_drops_its_checkpoints_and_a_failed_one_keeps_them_to_re
     real_study.train_cell(study, aer, 0, tmp_path / "o")
     assert (folder / "run.json").is_file() and (folder / "model.safetensors").is_file()
     assert not list(folder.glob("checkpoint-*"))
+    # the record says what reproduces it: the code's commit, the packages' versions, the CPU and the threads
+    import torch
+
+    env = json.loads((folder / "run.json").read_text())["environment"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert env["commit"] == head and isinstance(env["tracked_changes"], bool)
+    assert env["torch"] == torch.__version__ and env["trl"] and env["cpu"] and env["threads"] >= 1
     real_study.train_cell(study, aer, 0, tmp_path / "o")  # finished: not trained again
     assert len(commands) == 1
 

@@ -19,6 +19,44 @@ from aer_trl.training import is_complete_checkpoint
 from .spec import KS, Arm, Study, cell_dir, settings_hash
 
 
+def environment() -> dict:
+    """What a cell trained with beyond its settings, recorded in its run.json so a record says what reproduces it:
+    the code (the checkout's commit, and whether its tracked files differed from it), the versions of the packages
+    that compute, the CPU and the threads a training process takes (`AER_CPU_THREADS`, else all the cores)."""
+    import importlib.metadata
+    import os
+    import platform
+
+    def git(*args: str) -> str | None:
+        try:
+            here = Path(__file__).parent
+            done = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    def version(name: str) -> str | None:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "tracked_changes": None if status is None else bool(status),
+        "python": platform.python_version(),
+        **{name: version(name) for name in ("torch", "transformers", "trl", "accelerate")},
+        "cpu": cpu,
+        "threads": int(os.environ.get("AER_CPU_THREADS", 0)) or os.cpu_count(),
+    }
+
+
 def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path, claim=None) -> dict:
     """Train one cell in its own process unless it is finished; resume a killed one from its newest checkpoint; drop
     the checkpoints of a finished one. `claim` (the queue's `Claim`): the training process holds it too, so the cell
@@ -61,6 +99,7 @@ def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path, claim=
         "settings_hash": settings_hash(settings),
         "seconds": time.perf_counter() - start,
         "resumed": resume,
+        "environment": environment(),
     }
     atomic_write(done, json.dumps(run, indent=2))
     # A finished cell is never resumed: its checkpoints (weights plus optimizer state, ~2 GB for SmolLM2) only fill
