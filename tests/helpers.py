@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+import torch.nn.functional as F
 from datasets import Dataset
 
 from aer_bench.lab.model import build_tiny_qwen3
@@ -129,3 +131,60 @@ def lock_held_elsewhere(path: Path):
         holder.kill()
         holder.wait()
         Path(f"{path}.held").unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------ the trainer tests' shared pieces
+def train_aer(tmp_path, tokenizer, reward_funcs=None, seed=0, **overrides):
+    args = make_config(tmp_path, **overrides)
+    trainer = make_trainer(tokenizer, args, seed=seed, reward_funcs=reward_funcs)
+    trainer.train()
+    return trainer
+
+
+def params(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def assert_same_params(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def alphas(trainer):
+    return [h["alpha"] for h in trainer.aer_callback.controller.history]
+
+
+def fixed_batch(tokenizer, lam):
+    torch.manual_seed(1)
+    b, p_len, c_len = len(lam), 5, 6
+    vocab = len(tokenizer)
+    completion_mask = torch.ones(b, c_len, dtype=torch.long)
+    completion_mask[1, 4:] = 0  # padding inside the batch
+    completion_mask[3, 2:] = 0
+    return {
+        "prompt_ids": torch.randint(4, vocab, (b, p_len)),
+        "prompt_mask": torch.ones(b, p_len, dtype=torch.long),
+        "completion_ids": torch.randint(4, vocab, (b, c_len)),
+        "completion_mask": completion_mask,
+        "advantages": torch.tensor([1.0, -0.5, 0.25, -0.75]),
+        "num_items_in_batch": completion_mask.sum(),
+        "aer_lambda": torch.tensor(lam),
+    }
+
+
+def manual_sequence_entropy(model, batch, temperature):
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    c_len = batch["completion_ids"].size(1)
+    logits = model(input_ids=ids, attention_mask=att).logits[:, -c_len - 1 : -1] / temperature
+    logp = F.log_softmax(logits.float(), -1)
+    h = -(logp.exp() * logp).sum(-1)
+    m = batch["completion_mask"].float()
+    return (h * m).sum(-1) / m.sum(-1)
+
+
+def grads(model, loss):
+    model.zero_grad()
+    loss.backward()
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}

@@ -171,29 +171,3 @@ def test_trls_adaptive_entropy_anchored_at_a_probe(tmp_path):
     assert trainer.aer_callback.initial_entropy == pytest.approx(probe)
     assert trainer.args.entropy_target == pytest.approx(0.5 * probe)
     assert trainer.aer_callback.controller.history[0]["entropy"] != pytest.approx(probe, abs=1e-7)
-
-
-def test_a_checkpoint_without_optimizer_state_resumes_on_the_learning_rate_schedule(tmp_path, caplog):
-    """save_only_model: no optimizer.pt or scheduler.pt. transformers alone started the schedule over (lr 1e-2 at
-    step 3 of a linear decay over 4 steps, resumed at step 2); the run continues it and says what is not restored."""
-    import logging
-
-    def config():
-        return helpers.make_config(
-            tmp_path,
-            max_steps=4,
-            save_strategy="steps",
-            save_steps=1,
-            save_only_model=True,
-            lr_scheduler_type="linear",
-        )
-
-    first = _trainer(AERGRPOTrainer, config())
-    first.train()
-    assert not (tmp_path / "checkpoint-2" / "scheduler.pt").exists()
-    resumed = _trainer(AERGRPOTrainer, config())
-    with caplog.at_level(logging.WARNING, logger="aer_trl.resume"):
-        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
-    assert "holds no optimizer or scheduler state" in caplog.text
-    logged = {r["step"]: r["learning_rate"] for r in resumed.state.log_history if "learning_rate" in r}
-    assert logged[3] == pytest.approx(1e-2 * (1 - 2 / 4)) and logged[4] == pytest.approx(1e-2 * (1 - 3 / 4))

@@ -1,37 +1,14 @@
-"""AERGRPOTrainer on CPU in one process: equivalence with GRPO, the bonus formula, the controller wiring, resume."""
-
-import json
-import logging
-import math
+"""AERGRPOTrainer on CPU in one process: equivalence with GRPO, the bonus formula, the controller wiring, the
+per-difficulty telemetry. Resuming: test_resume.py; the anchor probe: test_probe.py; top-k bonus: test_support.py."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from trl import GRPOConfig, GRPOTrainer
 
-from aer_trl import AERCallback, AERGRPOTrainer
+from aer_trl import AERGRPOTrainer
 from tests import helpers
-
-
-def train_aer(tmp_path, tokenizer, reward_funcs=None, seed=0, **overrides):
-    args = helpers.make_config(tmp_path, **overrides)
-    trainer = helpers.make_trainer(tokenizer, args, seed=seed, reward_funcs=reward_funcs)
-    trainer.train()
-    return trainer
-
-
-def params(model):
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
-
-
-def assert_same_params(a, b):
-    assert a.keys() == b.keys()
-    for name in a:
-        assert torch.equal(a[name], b[name]), name
-
-
-def alphas(trainer):
-    return [h["alpha"] for h in trainer.aer_callback.controller.history]
+from tests.helpers import alphas, assert_same_params, fixed_batch, grads, manual_sequence_entropy, params, train_aer
 
 
 # ----------------------------------------------------------------------------------------- equivalence with GRPO
@@ -78,42 +55,6 @@ def test_bonus_acts_only_through_hard_prompts(tmp_path, tokenizer):
     assert all(h["aer/hard_fraction"] == 1.0 and h["aer/lambda_mean"] == pytest.approx(1.0) for h in logs)
     easy_logs = [h for h in easy.state.log_history if "aer/hard_fraction" in h]
     assert all(h["aer/hard_fraction"] == 0.0 and h["aer/lambda_mean"] == 0.0 for h in easy_logs)
-
-
-# ----------------------------------------------------------------------------------------- loss on a fixed batch
-def fixed_batch(tokenizer, lam):
-    torch.manual_seed(1)
-    b, p_len, c_len = len(lam), 5, 6
-    vocab = len(tokenizer)
-    completion_mask = torch.ones(b, c_len, dtype=torch.long)
-    completion_mask[1, 4:] = 0  # padding inside the batch
-    completion_mask[3, 2:] = 0
-    return {
-        "prompt_ids": torch.randint(4, vocab, (b, p_len)),
-        "prompt_mask": torch.ones(b, p_len, dtype=torch.long),
-        "completion_ids": torch.randint(4, vocab, (b, c_len)),
-        "completion_mask": completion_mask,
-        "advantages": torch.tensor([1.0, -0.5, 0.25, -0.75]),
-        "num_items_in_batch": completion_mask.sum(),
-        "aer_lambda": torch.tensor(lam),
-    }
-
-
-def manual_sequence_entropy(model, batch, temperature):
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-    c_len = batch["completion_ids"].size(1)
-    logits = model(input_ids=ids, attention_mask=att).logits[:, -c_len - 1 : -1] / temperature
-    logp = F.log_softmax(logits.float(), -1)
-    h = -(logp.exp() * logp).sum(-1)
-    m = batch["completion_mask"].float()
-    return (h * m).sum(-1) / m.sum(-1)
-
-
-def grads(model, loss):
-    model.zero_grad()
-    loss.backward()
-    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -315,178 +256,11 @@ def test_reward_functions_are_told_which_completions_the_length_limit_cut(tmp_pa
     assert any(cut for _, cut in seen)  # an untrained model rarely stops within 4 tokens
 
 
-# ----------------------------------------------------------------------------------------- resume
-@pytest.mark.parametrize("restore_flag", [False, True])
-def test_resume_continues_the_same_alpha_trajectory(tmp_path, tokenizer, restore_flag):
-    common = dict(
-        aer_tau=1.0,
-        aer_eta=0.01,
-        aer_alpha_init=0.02,
-        max_steps=6,
-        save_strategy="steps",
-        save_steps=3,
-        learning_rate=5e-2,
-        restore_callback_states_from_checkpoint=restore_flag,
-    )
-    full = train_aer(tmp_path / "full", tokenizer, **common)
-    ckpt = tmp_path / "full" / "checkpoint-3"
-    saved = json.loads((ckpt / "trainer_state.json").read_text())["stateful_callbacks"]["AERCallback"]
-    assert saved["attributes"]["controller_state"]["iteration"] == 3
-
-    args = helpers.make_config(tmp_path / "resumed", **common)
-    resumed = helpers.make_trainer(tokenizer, args)
-    resumed.train(resume_from_checkpoint=str(ckpt))
-    a, b = full.aer_callback.controller, resumed.aer_callback.controller
-    assert len(set(alphas(full))) > 1, "the trajectory should move for this test to mean something"
-    assert alphas(resumed) == alphas(full)
-    assert (b.initial_entropy, b.target, b.iteration) == (a.initial_entropy, a.target, a.iteration)
-    assert isinstance(resumed.aer_callback, AERCallback)
-
-
-def test_a_finished_run_started_again_trains_nothing_more(tmp_path, tokenizer, caplog):
-    """Resumed from its last checkpoint at max_steps (a job queued again, a kill after the last save), a run ends as
-    the uninterrupted one did; transformers alone trains one step more (trl.GRPOTrainer: global_step 3 of 2)."""
-    common = dict(aer_alpha_init=0.02, aer_eta=0.01, max_steps=2, save_strategy="steps", save_steps=1)
-    full = train_aer(tmp_path / "full", tokenizer, **common)
-    again = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "full", **common))
-    with caplog.at_level(logging.WARNING, logger="aer_trl.resume"):
-        again.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
-    assert again.state.global_step == 2 and not (tmp_path / "full" / "checkpoint-3").exists()
-    assert "nothing left to train" in caplog.text
-    assert alphas(again) == alphas(full)
-    assert all(torch.equal(a, b) for a, b in zip(params(again.model).values(), params(full.model).values()))
-
-
-def test_resuming_an_aer_checkpoint_as_a_trl_method_says_what_changed(tmp_path, tokenizer, caplog):
-    """AER's checkpoint resumed with method grpo (no controller): not silent; the changes are named and the
-    controller's α is said to be unused."""
-    common = dict(max_steps=3, save_strategy="steps", save_steps=2)
-    train_aer(tmp_path / "aer", tokenizer, aer_alpha_init=0.02, aer_eta=0.01, **common)
-    grpo = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "grpo", method="grpo", **common))
-    with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
-        grpo.train(resume_from_checkpoint=str(tmp_path / "aer" / "checkpoint-2"))
-    assert grpo.aer_resume_changes["method"] == ("aer", "grpo") and grpo.state.global_step == 3
-    alpha = json.loads((tmp_path / "aer" / "checkpoint-2" / "trainer_state.json").read_text())["stateful_callbacks"]
-    alpha = alpha["AERCallback"]["attributes"]["controller_state"]["alpha"]
-    assert "method 'aer' -> 'grpo'" in caplog.text and f"the checkpoint's α={alpha} is not used" in caplog.text
-
-
-@pytest.mark.parametrize("restore_flag", [False, True])
-def test_a_resume_with_a_changed_setting_applies_it_and_says_so(tmp_path, tokenizer, restore_flag, caplog):
-    """Change one argument and resume: the new value applies from the checkpoint on (also where transformers would
-    rebuild the callback from the checkpoint's arguments), the controller's state carries over, and the change is
-    named; bookkeeping (output_dir, logging) is not a change."""
-    common = dict(
-        aer_eta=0.01,
-        aer_alpha_init=0.02,
-        max_steps=4,
-        save_strategy="steps",
-        save_steps=2,
-        restore_callback_states_from_checkpoint=restore_flag,
-    )
-    full = train_aer(tmp_path / "full", tokenizer, aer_tau=1.0, **common)
-    ckpt = tmp_path / "full" / "checkpoint-2"
-    saved = json.loads((ckpt / "trainer_state.json").read_text())["stateful_callbacks"]["AERCallback"]
-    assert saved["attributes"]["settings"]["aer_tau"] == 1.0 and "output_dir" not in saved["attributes"]["settings"]
-
-    same = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "same", aer_tau=1.0, **common))
-    with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
-        same.train(resume_from_checkpoint=str(ckpt))
-    assert same.aer_resume_changes == {} and "differ from the checkpoint" not in caplog.text
-    assert alphas(same) == alphas(full)
-
-    changed = helpers.make_trainer(
-        tokenizer,
-        helpers.make_config(tmp_path / "changed", aer_tau=0.5, logging_steps=2, learning_rate=5e-2, **common),
-    )
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
-        changed.train(resume_from_checkpoint=str(ckpt))
-    assert changed.aer_resume_changes == {"aer_tau": (1.0, 0.5), "learning_rate": (1e-2, 5e-2)}
-    assert "Applied from here on: aer_tau 1.0 -> 0.5 " in caplog.text
-    assert "NOT applied: learning_rate 0.01 -> 0.05 " in caplog.text  # what transformers does, said
-    assert changed.optimizer.param_groups[0]["initial_lr"] == 1e-2
-    ctrl, before = changed.aer_callback.controller, full.aer_callback.controller
-    assert ctrl.tau == 0.5 and ctrl.initial_entropy == before.initial_entropy
-    assert ctrl.target == pytest.approx(0.5 * before.initial_entropy)
-    assert alphas(changed)[:2] == alphas(full)[:2]  # the checkpoint's history, then the new target's steps
-    assert ctrl.iteration == 4
-
-
-def test_a_deepspeed_resume_on_another_number_of_processes_says_the_way_out(caplog):
-    """DeepSpeed refuses a ZeRO checkpoint on another number of processes; the warning before it says what to do."""
-    from types import SimpleNamespace
-
-    from aer_trl.resume import ResumeMixin
-
-    trainer = SimpleNamespace(
-        aer_resume_changes={"world_size": (2, 1)},
-        accelerator=SimpleNamespace(is_main_process=True),
-        state=SimpleNamespace(global_step=4),
-        is_deepspeed_enabled=True,
-    )
-    with caplog.at_level(logging.WARNING, logger="aer_trl.resume"):
-        ResumeMixin._warn_resume_changes(trainer, "α carries over")
-    assert "world_size 2 -> 1" in caplog.text and "resume with 2 processes" in caplog.text
-    assert "zero_to_fp32.py" in caplog.text
-    caplog.clear()
-    trainer.is_deepspeed_enabled = False  # DDP resumes on another number of processes; only the change is named
-    with caplog.at_level(logging.WARNING, logger="aer_trl.resume"):
-        ResumeMixin._warn_resume_changes(trainer, "α carries over")
-    assert "world_size 2 -> 1" in caplog.text and "zero_to_fp32" not in caplog.text
-
-
-def test_resuming_aer_from_a_checkpoint_without_its_state_says_so(tmp_path, tokenizer, caplog):
-    common = dict(max_steps=4, save_strategy="steps", save_steps=2)
-    train_aer(tmp_path / "grpo", tokenizer, method="grpo", aer_measurements=False, **common)
-    resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "aer", **common))
-    with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
-        resumed.train(resume_from_checkpoint=str(tmp_path / "grpo" / "checkpoint-2"))
-    assert "without AER's controller state" in caplog.text
-    assert resumed.aer_callback.controller.iteration == 2  # H0 anchored after the resume, α updated from there
-
-
 def test_lambda_is_kept_on_the_host(tmp_path, tokenizer):
     """λ rides through TRL's shuffle/split as a host tensor, so skipping λ = 0 micro-batches never waits on a GPU."""
     trainer = train_aer(tmp_path, tokenizer, max_steps=1)
     lams = [batch["aer_lambda"] for batch in trainer._buffered_inputs]
     assert lams and all(lam.device.type == "cpu" and lam.dim() == 1 for lam in lams)
-
-
-def test_resume_from_every_checkpoint_at_an_off_policy_geometry(tmp_path, tokenizer):
-    """steps_per_generation = 2 x gradient_accumulation_steps and num_iterations = 2: a rollout batch spans 4
-    optimizer steps. save_steps=1 is rounded up to 4 (a checkpoint inside an AER iteration cannot be resumed
-    exactly), and resuming from every checkpoint continues the uninterrupted α trajectory, H0 and H*."""
-    common = dict(
-        aer_tau=1.0,
-        aer_eta=0.01,
-        aer_alpha_init=0.02,
-        max_steps=12,
-        steps_per_generation=2,
-        num_iterations=2,
-        save_strategy="steps",
-        save_steps=1,
-        learning_rate=5e-2,
-    )
-    full = train_aer(tmp_path / "full", tokenizer, **common)
-    assert full.args.save_steps == 4
-    checkpoints = sorted((tmp_path / "full").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    assert [p.name for p in checkpoints] == ["checkpoint-4", "checkpoint-8", "checkpoint-12"]
-    assert len(set(alphas(full))) > 1
-    # every logging step carries every aer/* metric, including the steps without a new rollout batch (the entropy
-    # ones once the first rollout batch has been measured, at step 4)
-    logged = [h for h in full.state.log_history if "loss" in h]
-    assert len(logged) == 12
-    for key in ("aer/alpha", "aer/lambda_mean", "aer/hard_fraction", "aer/group_accuracy"):
-        assert all(key in h for h in logged), key
-    for key in ("aer/entropy", "aer/initial_entropy", "aer/target_entropy"):
-        assert all(key in h for h in logged if h["step"] >= 4), key
-    for ckpt in checkpoints[:-1]:
-        resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / f"resumed-{ckpt.name}", **common))
-        resumed.train(resume_from_checkpoint=str(ckpt))
-        a, b = full.aer_callback.controller, resumed.aer_callback.controller
-        assert alphas(resumed) == alphas(full), ckpt.name
-        assert (b.initial_entropy, b.target, b.iteration) == (a.initial_entropy, a.target, a.iteration)
 
 
 def test_clip_cov_cut_tokens_keep_their_kl_gradient(tmp_path, tokenizer):
@@ -583,43 +357,6 @@ def test_capped_bonus_is_grpo_minus_mean_lambda_min_entropy_target(tmp_path, tok
     assert (h > target).any() and (h < target).any()
 
 
-@pytest.mark.parametrize("share", [False, True], ids=["trl-forward", "shared-prompt-forward"])
-def test_truncated_support_bonus_is_grpo_minus_mean_lambda_topk_entropy(tmp_path, tokenizer, share):
-    """Method aer_topk (ours): H_i over each token's top-k renormalised distribution at TRL's temperature, computed
-    independently from the model's logits, through TRL's forward and the shared-prompt one; TRL's loss reads the same
-    log-probs as through its fused head, and the controller still measures the full entropy."""
-    from aer_trl.controller import sequence_entropy, truncated_entropy
-
-    settings = dict(method="aer_topk", aer_bonus_top_k=3, temperature=0.7)
-    # the shared-prompt forward is the research bench's (its config and trainer)
-    args = helpers.make_bench_config(tmp_path, share_prompt_forward=True, **settings) if share else None
-    args = args or helpers.make_config(tmp_path, **settings)
-    trainer = helpers.make_trainer(tokenizer, args)
-    model = trainer.model
-    model.train()
-    trainer.current_gradient_accumulation_steps = 1
-    lam = torch.tensor([0.6, 0.0, 0.3, 0.5])
-    batch = fixed_batch(tokenizer, lam.tolist())
-    batch["prompt_ids"][1], batch["prompt_ids"][3] = batch["prompt_ids"][0], batch["prompt_ids"][2]  # groups of 2
-    plain = {k: v for k, v in batch.items() if k != "aer_lambda"}
-    calls, support_logps = [], trainer._support_logps
-    trainer._support_logps = lambda *a, **k: calls.append(1) or support_logps(*a, **k)
-    loss = trainer.compute_loss(model, batch)
-    assert calls == ([] if share else [1])  # the shared forward's own logits head, or the plain one
-    stats = trainer._aer_entropy_stats
-    loss_grpo = GRPOTrainer.compute_loss(trainer, model, plain)  # TRL's fused head (or the shared fused forward)
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-    c_len = batch["completion_ids"].size(1)
-    logits = model(input_ids=ids, attention_mask=att).logits[:, -c_len - 1 : -1].float() / 0.7
-    topk = sequence_entropy(truncated_entropy(logits, 3), batch["completion_mask"])
-    torch.testing.assert_close(loss, loss_grpo - (lam * topk).mean(), rtol=1e-5, atol=1e-6)
-    full = manual_sequence_entropy(model, batch, 0.7)
-    assert (topk < full).all() and (topk <= math.log(3) + 1e-6).all()  # the test tells the two apart
-    m = batch["completion_mask"].float()
-    torch.testing.assert_close(stats[0] / stats[1], (full * m.sum(-1)).sum() / m.sum(), rtol=1e-5, atol=1e-6)
-
-
 def test_anchor_over_three_rollouts_in_training(tmp_path, tokenizer):
     trainer = train_aer(tmp_path, tokenizer, aer_anchor_rollouts=3, aer_alpha_init=0.05, aer_eta=0.01, max_steps=5)
     logs = [h for h in trainer.state.log_history if "aer/entropy" in h]
@@ -628,77 +365,3 @@ def test_anchor_over_three_rollouts_in_training(tmp_path, tokenizer):
     assert "aer/initial_entropy" not in logs[0] and "aer/initial_entropy" not in logs[1]
     assert alphas(trainer)[:2] == [0.05, 0.05]  # no target yet: α stays at its initial value
     assert logs[2]["aer/target_entropy"] == pytest.approx(0.4 * trainer.aer_callback.initial_entropy, rel=1e-6)
-
-
-def test_resume_from_a_checkpoint_taken_while_h0_is_still_being_measured(tmp_path, tokenizer):
-    common = dict(
-        aer_anchor_rollouts=3, aer_tau=1.0, aer_eta=0.01, max_steps=5, save_strategy="steps", save_steps=2,
-        learning_rate=5e-2,
-    )  # fmt: skip
-    full = train_aer(tmp_path / "full", tokenizer, **common)
-    resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "resumed", **common))
-    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
-    assert resumed.aer_callback.initial_entropy == pytest.approx(full.aer_callback.initial_entropy, rel=1e-6)
-    assert alphas(resumed) == alphas(full)
-
-
-def spy_on_generate(trainer):
-    """Records each `_generate` call's prompts and completion lengths."""
-    calls, generate = [], trainer._generate
-
-    def spy(prompts):
-        out = generate(prompts)
-        calls.append((list(prompts), [len(c) for c in out[1]]))
-        return out
-
-    trainer._generate = spy
-    return calls
-
-
-def test_probe_anchors_h0_before_step_1_and_leaves_the_rollout_metrics_alone(tmp_path, tokenizer):
-    args = helpers.make_config(tmp_path, aer_anchor_probe=6, aer_tau=2.0, aer_eta=0.01, max_steps=2)
-    trainer = helpers.make_trainer(tokenizer, args)
-    calls = spy_on_generate(trainer)
-    trainer.train()
-    (probe, probe_lengths), (step1, step1_lengths), _ = calls
-    assert len(probe) == 6 * 4 and len(set(probe)) == 6  # 6 prompts x num_generations, from the training set
-    assert set(probe) <= set(helpers.make_dataset()["prompt"])
-    logs = [h for h in trainer.state.log_history if "aer/entropy" in h]
-    h0 = logs[0]["aer/anchor_probe_entropy"]
-    assert trainer.aer_callback.initial_entropy == pytest.approx(h0, rel=1e-6) and h0 > 0
-    assert abs(h0 - logs[0]["aer/entropy"]) > 1e-6  # not the first rollout batch's
-    assert logs[0]["aer/target_entropy"] == pytest.approx(2 * h0, rel=1e-6)  # τ = 2
-    assert alphas(trainer)[0] == 0.01  # α moves from the first rollout batch on: H0 is known before it
-    # step 1 logs its own rollout batch only, as it would without the probe
-    assert logs[0]["completions/mean_length"] == pytest.approx(sum(step1_lengths) / len(step1_lengths))
-    prompt_tokens = sum(len(tokenizer(p)["input_ids"]) for p in step1)
-    assert logs[0]["num_tokens"] == prompt_tokens + sum(step1_lengths)
-
-
-def test_probe_is_not_taken_again_on_resume(tmp_path, tokenizer):
-    common = dict(aer_anchor_probe=4, aer_tau=1.0, aer_eta=0.01, max_steps=4, save_strategy="steps", save_steps=2)
-    full = train_aer(tmp_path / "full", tokenizer, **common)
-    resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "resumed", **common))
-    calls = spy_on_generate(resumed)
-    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
-    assert len(calls) == 2  # steps 3 and 4, no probe
-    assert resumed.aer_callback.initial_entropy == full.aer_callback.initial_entropy
-    assert alphas(resumed) == alphas(full)
-
-
-def test_probe_leaves_truncated_completions_out_when_training_does(tmp_path, tokenizer):
-    """With mask_truncated_completions, the probe measures H0 over the completions that ended, as H_t is measured:
-    the same probe completions (same seed) give another H0 than without the mask."""
-    runs = []
-    for masked in (False, True):
-        args = helpers.make_config(
-            tmp_path / str(masked), aer_anchor_probe=16, mask_truncated_completions=masked, max_steps=1
-        )
-        trainer = helpers.make_trainer(tokenizer, args)
-        calls = spy_on_generate(trainer)
-        trainer.train()
-        runs.append((calls[0], trainer.aer_callback.initial_entropy))
-    (probe, lengths), h0 = runs[0]
-    assert runs[1][0] == (probe, lengths)  # the same completions
-    assert 0 < sum(n < 8 for n in lengths) < len(lengths)  # some ended, some were cut at max_completion_length
-    assert runs[1][1] > 0 and abs(runs[1][1] - h0) > 1e-4
