@@ -1,0 +1,149 @@
+"""Train a recorded cell again and say whether it reproduces its record.
+
+    python -m aer_bench.studies.real_study.retrain --study results/real_llm/confirm/study.yaml --arm grpo --seed 17 \
+        --steps 20 --output_dir runs/retrain
+
+The cell's recorded recipe (its `recipe.yaml`: the arm's merged settings) trains for `--steps` steps with its seed,
+through the bench's command line as the queue trains it, and its per-step log is set beside the record's:
+**bit for bit** when every compared value at every step is equal; **within the seed band** when each lies between
+the lowest and the highest of the same arm's other recorded seeds at that step; otherwise **outside the seed band**,
+naming the first step and value. The answer also lists what differs between the record's environment (its run.json,
+`cells.environment`) and this machine's (code commit, package versions, CPU, threads), which is where an
+unequal run looks first; a record made before environments were recorded says so. Writes `retrain.json` in the
+retrained cell's folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from aer_trl.io import atomic_write
+from aer_trl.metrics import read_metrics
+
+from .cells import environment
+from .spec import Arm, Study, load_study, record_dir
+
+# what the comparison reads at each step: the reward, the entropy AER controls, α, the loss, the completions' length
+KEYS = ("reward", "aer/entropy", "aer/alpha", "loss", "completions/mean_length")
+# schedules that do not depend on max_steps: a shorter run follows the recorded one step for step
+STEP_FREE_SCHEDULES = ("constant", "constant_with_warmup")
+
+
+def steps_of(rows: list[dict], keys=KEYS) -> dict[int, dict]:
+    """step -> {key: value} of a metrics.jsonl's training rows (the end-of-training summary left out)."""
+    out = {}
+    for row in rows:
+        if "step" in row and "train_runtime" not in row:
+            out.setdefault(int(row["step"]), {}).update({k: row[k] for k in keys if row.get(k) is not None})
+    return out
+
+
+def compare(record: dict[int, dict], new: dict[int, dict], band: list[dict[int, dict]], steps: int) -> dict:
+    """The verdict of a retrained run (`new`) against its record, step by step over the first `steps` steps, with
+    `band` the same arm's other seeds (each step -> values). Pure: the numbers in, the verdict and where it breaks
+    out."""
+    first_unequal = first_outside = None
+    compared = 0
+    for step in range(1, steps + 1):
+        if step not in new or step not in record:
+            raise ValueError(f"step {step} is missing from the {'retrained run' if step not in new else 'record'}")
+        for key in sorted(record[step].keys() & new[step].keys()):
+            compared += 1
+            old, value = record[step][key], new[step][key]
+            if value == old:
+                continue
+            first_unequal = first_unequal or {"step": step, "key": key, "record": old, "retrained": value}
+            others = [seed[step][key] for seed in band if key in seed.get(step, {})]
+            if len(others) < 2 or not min(others) <= value <= max(others):
+                span = [min(others), max(others)] if others else None
+                first_outside = first_outside or {"step": step, "key": key, "retrained": value, "band": span}
+    if compared == 0:
+        raise ValueError("no value to compare: the record and the retrained run share no logged key")
+    verdict = (
+        "bit for bit" if first_unequal is None else "within the seed band" if first_outside is None else "outside"
+    )
+    return {"verdict": verdict, "compared": compared, "first_unequal": first_unequal, "first_outside": first_outside}
+
+
+def environment_changes(recorded: dict | None, now: dict) -> dict | str:
+    """field -> [recorded, now] for each environment field that differs; a string where the record has none."""
+    if not recorded:
+        return "the record does not say (trained before cells recorded their environment)"
+    return {
+        k: [recorded.get(k), now.get(k)] for k in sorted(recorded.keys() | now.keys()) if recorded.get(k) != now.get(k)
+    }
+
+
+def retrain(study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Path) -> dict:
+    """Train the recorded cell (`study`, `arm`, `seed`) for `steps` steps in `output_dir` and compare (module
+    docstring). The run's own log is `<output_dir>/<arm>-seed<seed>/train.log`."""
+    record = record_dir(study, arm, seed)
+    if not (record / "run.json").is_file():
+        raise FileNotFoundError(f"{record}: no finished record of arm {arm.name!r} seed {seed} to compare with")
+    settings = yaml.safe_load((record / "recipe.yaml").read_text())
+    recorded_steps = int(settings.get("max_steps", 0))
+    if not 0 < steps <= recorded_steps:
+        raise ValueError(f"--steps {steps}: the record has {recorded_steps} steps; give 1..{recorded_steps}")
+    schedule = settings.get("lr_scheduler_type", "linear")
+    if steps < recorded_steps and schedule not in STEP_FREE_SCHEDULES:
+        raise ValueError(
+            f"lr_scheduler_type {schedule!r} depends on max_steps: a {steps}-step run would follow another schedule "
+            f"than the record's {recorded_steps} steps; retrain all {recorded_steps}"
+        )
+    folder = Path(output_dir) / f"{arm.name}-seed{seed}"
+    if (folder / "metrics.jsonl").exists():
+        raise FileExistsError(f"{folder} holds an earlier retrain: give another --output_dir or delete it")
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable, "-m", "aer_bench.run", "--config", str(record / "recipe.yaml"), "--output_dir", str(folder),
+        "--seed", str(seed), "--max_steps", str(steps), "--save_strategy", "no", "--disable_tqdm", "true",
+    ]  # fmt: skip
+    with open(folder / "train.log", "a") as log:
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+    if code != 0:
+        raise RuntimeError(f"retraining {arm.name} seed {seed} failed (exit {code}); see {folder / 'train.log'}")
+    band = [
+        steps_of(read_metrics(record_dir(study, arm, other) / "metrics.jsonl"))
+        for other in study.seeds
+        if other != seed and (record_dir(study, arm, other) / "metrics.jsonl").is_file()
+    ]
+    result = compare(
+        steps_of(read_metrics(record / "metrics.jsonl")), steps_of(read_metrics(folder / "metrics.jsonl")), band, steps
+    )
+    run = json.loads((record / "run.json").read_text())
+    result.update(
+        arm=arm.name,
+        seed=seed,
+        steps=steps,
+        band_seeds=len(band),
+        environment_changes=environment_changes(run.get("environment"), environment()),
+    )
+    atomic_write(folder / "retrain.json", json.dumps(result, indent=2))
+    return result
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--study", required=True, help="the study file whose record is retrained")
+    parser.add_argument("--arm", required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--steps", type=int, required=True, help="steps to train (at most the record's)")
+    parser.add_argument("--output_dir", default="runs/retrain")
+    args = parser.parse_args(argv)
+    study = load_study(args.study)
+    arms = {arm.name: arm for arm in study.arms}
+    if args.arm not in arms:
+        parser.error(f"--arm {args.arm!r} is no arm of {args.study}: {sorted(arms)}")
+    result = retrain(study, arms[args.arm], args.seed, args.steps, args.output_dir)
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""aer_bench.studies.real_study.retrain: a recorded cell trained again is judged bit for bit, within the seed band
+or outside it, with what differs in its environment."""
+
+import json
+
+import pytest
+import study_helpers
+
+from aer_bench.studies import real_study
+from aer_bench.studies.real_study import retrain
+from aer_trl.metrics import read_metrics
+
+
+def rows(values: dict[int, float]) -> dict[int, dict]:
+    return {step: {"reward": value, "aer/entropy": 0.5} for step, value in values.items()}
+
+
+def test_the_verdict_is_bit_for_bit_within_the_band_or_outside_it():
+    record = rows({1: 0.3, 2: 0.4})
+    band = [rows({1: 0.2, 2: 0.3}), rows({1: 0.5, 2: 0.6})]
+    assert retrain.compare(record, rows({1: 0.3, 2: 0.4}), band, 2)["verdict"] == "bit for bit"
+    within = retrain.compare(record, rows({1: 0.3, 2: 0.45}), band, 2)
+    assert within["verdict"] == "within the seed band"
+    assert within["first_unequal"] == {"step": 2, "key": "reward", "record": 0.4, "retrained": 0.45}
+    outside = retrain.compare(record, rows({1: 0.9, 2: 0.4}), band, 2)
+    assert outside["verdict"] == "outside" and outside["first_outside"]["band"] == [0.2, 0.5]
+    # one other seed is no band: an unequal value is outside
+    assert retrain.compare(record, rows({1: 0.31, 2: 0.4}), band[:1], 2)["verdict"] == "outside"
+    with pytest.raises(ValueError, match="step 2 is missing from the retrained run"):
+        retrain.compare(record, rows({1: 0.3}), band, 2)
+
+
+def test_environment_changes_name_each_field_or_say_the_record_has_none():
+    now = {"commit": "b", "torch": "2.13.0", "cpu": "x"}
+    assert retrain.environment_changes({"commit": "a", "torch": "2.13.0", "cpu": "x"}, now) == {"commit": ["a", "b"]}
+    assert "does not say" in retrain.environment_changes(None, now)
+
+
+def test_a_recorded_cell_retrained_is_compared_with_its_record(tmp_path, monkeypatch):
+    study = real_study.load_study(study_helpers.write_study(tmp_path / "study"))
+    grpo = study.arm("grpo")
+    for seed in (0, 1):
+        study_helpers.fake_study_record(study, grpo, seed, pass1=0.4, entropy=0.2 + 0.1 * seed, unmarked=3)
+    recorded = read_metrics(real_study.record_dir(study, grpo, 0) / "metrics.jsonl")
+    commands = []
+
+    def fake_training(command, **kwargs):  # the bench's command line, writing the record's first 3 steps again
+        commands.append(command)
+        out = tmp_path / "out" / "grpo-seed0"
+        (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recorded if r["step"] <= 3))
+        return 0
+
+    monkeypatch.setattr(retrain.subprocess, "call", fake_training)
+    result = retrain.retrain(study, grpo, 0, 3, tmp_path / "out")
+    assert result["verdict"] == "bit for bit" and result["band_seeds"] == 1
+    assert "does not say" in result["environment_changes"]  # a record made before environments were recorded
+    assert commands[0][commands[0].index("--max_steps") + 1] == "3" and "aer_bench.run" in commands[0]
+    assert json.loads((tmp_path / "out" / "grpo-seed0" / "retrain.json").read_text())["verdict"] == "bit for bit"
+    with pytest.raises(FileExistsError, match="an earlier retrain"):
+        retrain.retrain(study, grpo, 0, 3, tmp_path / "out")
+    with pytest.raises(ValueError, match="--steps 500"):
+        retrain.retrain(study, grpo, 0, 500, tmp_path / "other")
+    with pytest.raises(FileNotFoundError, match="no finished record"):
+        retrain.retrain(study, study.arm("fixed"), 0, 3, tmp_path / "other")
