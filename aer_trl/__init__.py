@@ -19,7 +19,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "callback": ["AERCallback"],
         "registry": ["Method", "TokenBatch", "get_method", "methods", "register_method"],
         "rewards": ["math_accuracy_reward"],
-        "evaluation.callback": ["PassAtKCallback"],
+        "evaluation.validation": ["PassAtKCallback"],
         "evaluation.harness": ["EvalArguments", "evaluate"],
     },
 )
@@ -28,8 +28,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from .callback import AERCallback
     from .config import AERConfig, AERGRPOConfig
     from .controller import AERController, difficulty_coefficients
-    from .evaluation.callback import PassAtKCallback
     from .evaluation.harness import EvalArguments, evaluate
+    from .evaluation.validation import PassAtKCallback
     from .registry import Method, TokenBatch, get_method, methods, register_method
     from .rewards import math_accuracy_reward
     from .trainer import AERGRPOTrainer

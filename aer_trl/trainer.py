@@ -40,7 +40,7 @@ from .probe import AnchorProbeMixin
 from .registry import TokenBatch, get_method
 from .resume import ResumeMixin, ScheduleResumeCallback
 from .rewards import resolve_correctness_index
-from .support import TruncatedSupportMixin
+from .truncated_support import TruncatedSupportMixin
 from .vllm_support import colocate_on_cpu, colocated_engine_settings, prepare_vllm_on_cpu
 
 logger = logging.getLogger(__name__)
@@ -260,8 +260,8 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
         return logps, entropies, aux_loss
 
     def _logps_forward(self, *args, **kwargs):
-        """The log-prob forward: the truncated-support one while that bonus collects (support.py), else TRL's. A
-        subclass may route it elsewhere (the research bench's shared-prompt forward does)."""
+        """The log-prob forward: the truncated-support one while that bonus collects (truncated_support.py), else
+        TRL's. A subclass may route it elsewhere (the research bench's shared-prompt forward does)."""
         if self._loss_capture is not None and self._loss_capture.top_k_parts is not None:
             return self._support_logps(*args, **kwargs)
         return super()._get_per_token_logps_and_entropies(*args, **kwargs)

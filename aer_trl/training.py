@@ -18,13 +18,13 @@ from pathlib import Path
 
 from .callback import AERCallback
 from .config import AERGRPOConfig, describe_changes, shaping_settings
-from .engine import engine_sampler
 from .evaluation import PassAtKCallback
 from .evaluation.harness import check_model
 from .gguf import resolve_model
 from .io import lock_folder
 from .rewards import REWARD_FUNCS, resolve_reward_funcs
 from .sources import PromptArguments, get_source, resolve_format
+from .validation_engine import engine_sampler
 
 logger = logging.getLogger(__name__)
 

@@ -558,7 +558,7 @@ def test_a_resume_keeps_the_runs_validation_and_compares_only_like_with_like(
         trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, max_steps=3, **common), callbacks=[cb])
         monkeypatch.setattr(cb, "evaluate", lambda model, tok: {"pass@1": 0.3, "pass@4": 0.9})
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="aer_trl.evaluation.callback"):
+        with caplog.at_level(logging.WARNING, logger="aer_trl.evaluation.validation"):
             trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
         assert [h["step"] for h in cb.history] == [1, 2, 3] and cb.history[-1]["pass@1"] == 0.3  # this callback ran
         return cb, json.loads((tmp_path / "best_checkpoint.json").read_text())
@@ -622,7 +622,7 @@ def test_evaluation_during_training_leaves_the_training_rng_untouched(tmp_path, 
 def test_chunks_per_rank_for_lockstep_per_rank_and_main_only_samplers():
     from types import SimpleNamespace
 
-    from aer_trl.evaluation.callback import assigned_chunks
+    from aer_trl.evaluation.validation import assigned_chunks
 
     lockstep, free = SimpleNamespace(lockstep=True), SimpleNamespace(lockstep=False)
     server = SimpleNamespace(lockstep=False, main_only=True)
@@ -633,8 +633,8 @@ def test_chunks_per_rank_for_lockstep_per_rank_and_main_only_samplers():
 
 
 def test_validation_samples_through_the_sampler_factory_when_one_is_set(tmp_path, tokenizer, model_and_bench):
-    """`eval_engine: vllm` sets `sampler_factory` (aer_trl.engine): the callback asks it for a generator once per
-    validation, samples every chunk through it (not transformers' generate) and scores what it returns."""
+    """`eval_engine: vllm` sets `sampler_factory` (aer_trl.validation_engine): the callback asks it for a generator
+    once per validation, samples every chunk through it (not transformers' generate) and scores what it returns."""
     _, bench = model_and_bench
     cb = PassAtKCallback(bench, eval_steps=1, num_samples=4, k_list=[1, 4], max_new_tokens=2, batch_size=3)
     answers = {f"{i}?": str(i % 3) for i in range(10)}
@@ -658,8 +658,8 @@ def test_validation_samples_through_the_sampler_factory_when_one_is_set(tmp_path
 
 
 def test_validation_closes_its_sampler_after_the_last_chunk_even_when_one_fails(tokenizer, model_and_bench):
-    """A sampler with `close()` (the colocated engine in sleep mode: aer_trl.engine) is closed once per validation,
-    after its last chunk, also when a chunk raises."""
+    """A sampler with `close()` (the colocated engine in sleep mode: aer_trl.validation_engine) is closed once per
+    validation, after its last chunk, also when a chunk raises."""
     _, bench = model_and_bench
     closed = []
 

@@ -300,8 +300,8 @@ def test_the_validation_engine_follows_the_run_and_long_generate_under_zero3_is_
     import functools
     from types import SimpleNamespace
 
-    from aer_trl.engine import engine_sampler
     from aer_trl.training import validation_sampler
+    from aer_trl.validation_engine import engine_sampler
 
     def trainer(stage=None):
         plugin = None if stage is None else SimpleNamespace(zero_stage=stage)
@@ -326,13 +326,13 @@ def test_the_validation_engine_follows_the_run_and_long_generate_under_zero3_is_
 
 
 def test_the_engine_sampler_syncs_the_weights_once_per_step_and_serves_from_the_main_process():
-    """aer_trl.engine on stand-ins for TRL's VLLMGeneration: the engine gets the policy of the validated step (TRL
-    syncs only before a rollout), a rollout at the same step does not sync again, and in server mode the main process
-    samples one seeded request per prompt through the client and decodes it."""
+    """aer_trl.validation_engine on stand-ins for TRL's VLLMGeneration: the engine gets the policy of the validated
+    step (TRL syncs only before a rollout), a rollout at the same step does not sync again, and in server mode the main
+    process samples one seeded request per prompt through the client and decodes it."""
     from types import SimpleNamespace
 
-    from aer_trl.engine import ServerSampler, engine_sampler
     from aer_trl.evaluation import EvalArguments
+    from aer_trl.validation_engine import ServerSampler, engine_sampler
 
     syncs, requests = [], []
 

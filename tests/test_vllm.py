@@ -77,8 +77,8 @@ def test_validation_samples_through_the_runs_colocated_engine(colocated, tokeniz
     the validated step first; seeded per request, so a second validation of the same policy is the same."""
     import json
 
-    from aer_trl.engine import ColocatedSampler, engine_sampler
     from aer_trl.evaluation import PassAtKCallback
+    from aer_trl.validation_engine import ColocatedSampler, engine_sampler
 
     trainer, _ = colocated
     bench = tmp_path / "bench.jsonl"

@@ -9,7 +9,7 @@ import lazy_loader
 __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submod_attrs={
-        "callback": ["PassAtKCallback"],
+        "validation": ["PassAtKCallback"],
         "harness": ["EvalArguments", "evaluate"],
         "passk": ["k50", "mean_pass_at_k", "pass_at_k", "passk_summary"],
         "sampling": ["isolated_rng", "sample_chunk", "sample_completions"],
@@ -17,7 +17,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
 )
 
 if TYPE_CHECKING:
-    from .callback import PassAtKCallback
     from .harness import EvalArguments, evaluate
     from .passk import k50, mean_pass_at_k, pass_at_k, passk_summary
     from .sampling import isolated_rng, sample_chunk, sample_completions
+    from .validation import PassAtKCallback

@@ -135,7 +135,7 @@ class SharedPromptMixin:
         with self.accelerator.autocast():
             cache = prefill(model, unique[:, :width], unique[:, width:], inverse, config=config)
             tail = input_ids[:, width - 1 :]  # the last prompt token, then the completion
-            if top_k:  # the truncated-support bonus (aer_trl/support.py): the logits, not the fused head
+            if top_k:  # the truncated-support bonus (aer_trl/truncated_support.py): the logits, not the fused head
                 head = {"use_cache": False}
             else:
                 shift_labels = input_ids[:, width:].masked_fill(attention_mask[:, width:] == 0, -100)

@@ -1,4 +1,4 @@
-"""aer_trl.support: the truncated-support bonus (`aer_bonus_top_k`, method aer_topk)."""
+"""aer_trl.truncated_support: the truncated-support bonus (`aer_bonus_top_k`, method aer_topk)."""
 
 import math
 

@@ -55,10 +55,9 @@ class PassAtKCallback(TrainerCallback, ExportableState):
       a chunk's samples do not depend on where it runs), every rank making the same number of generate calls
       (ZeRO-3 runs them in step through transformers' `synced_gpus`); the counts are gathered, and every rank
       computes the same pass@k and agrees on the best checkpoint.
-    - `sampler_factory` (set by the training entry point when `eval_engine` is vLLM, `aer_trl.engine`): samples come
-      from the run's own vLLM engine instead of `generate` (colocated: each rank its own chunks, no lockstep;
-      server: the main process samples every chunk).
-    """
+    - `sampler_factory` (set by the training entry point when `eval_engine` is vLLM, `aer_trl.validation_engine`):
+      samples come from the run's own vLLM engine instead of `generate` (colocated: each rank its own chunks, no
+      lockstep; server: the main process samples every chunk)."""
 
     def __init__(
         self,
