@@ -24,6 +24,7 @@ def test_the_verdict_is_bit_for_bit_within_the_band_or_outside_it():
     assert within["first_unequal"] == {"step": 2, "key": "reward", "record": 0.4, "retrained": 0.45}
     outside = retrain.compare(record, rows({1: 0.9, 2: 0.4}), band, 2)
     assert outside["verdict"] == "outside" and outside["first_outside"]["band"] == [0.2, 0.5]
+    assert outside["outside_band"] == 1 and outside["compared"] == 4
     # one other seed is no band: an unequal value is outside
     assert retrain.compare(record, rows({1: 0.31, 2: 0.4}), band[:1], 2)["verdict"] == "outside"
     with pytest.raises(ValueError, match="step 2 is missing from the retrained run"):
@@ -51,10 +52,11 @@ def test_a_recorded_cell_retrained_is_compared_with_its_record(tmp_path, monkeyp
         return 0
 
     monkeypatch.setattr(retrain.subprocess, "call", fake_training)
-    result = retrain.retrain(study, grpo, 0, 3, tmp_path / "out")
+    result = retrain.retrain(study, grpo, 0, 3, tmp_path / "out", ["--bf16", "true"])
     assert result["verdict"] == "bit for bit" and result["band_seeds"] == 1
     assert "does not say" in result["environment_changes"]  # a record made before environments were recorded
     assert commands[0][commands[0].index("--max_steps") + 1] == "3" and "aer_bench.run" in commands[0]
+    assert commands[0][-2:] == ["--bf16", "true"] and result["overrides"] == ["--bf16", "true"]
     assert json.loads((tmp_path / "out" / "grpo-seed0" / "retrain.json").read_text())["verdict"] == "bit for bit"
     with pytest.raises(FileExistsError, match="an earlier retrain"):
         retrain.retrain(study, grpo, 0, 3, tmp_path / "out")

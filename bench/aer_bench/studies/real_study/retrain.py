@@ -10,7 +10,8 @@ the lowest and the highest of the same arm's other recorded seeds at that step; 
 naming the first step and value. The answer also lists what differs between the record's environment (its run.json,
 `cells.environment`) and this machine's (code commit, package versions, CPU, threads), which is where an
 unequal run looks first; a record made before environments were recorded says so. Writes `retrain.json` in the
-retrained cell's folder.
+retrained cell's folder. Flags after the command's own are training flags changed on purpose (`--bf16 true`): the
+answer then says whether the changed run still moves within its arm's seed band.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def compare(record: dict[int, dict], new: dict[int, dict], band: list[dict[int, 
     `band` the same arm's other seeds (each step -> values). Pure: the numbers in, the verdict and where it breaks
     out."""
     first_unequal = first_outside = None
-    compared = 0
+    compared = outside = 0
     for step in range(1, steps + 1):
         if step not in new or step not in record:
             raise ValueError(f"step {step} is missing from the {'retrained run' if step not in new else 'record'}")
@@ -61,6 +62,7 @@ def compare(record: dict[int, dict], new: dict[int, dict], band: list[dict[int, 
             first_unequal = first_unequal or {"step": step, "key": key, "record": old, "retrained": value}
             others = [seed[step][key] for seed in band if key in seed.get(step, {})]
             if len(others) < 2 or not min(others) <= value <= max(others):
+                outside += 1
                 span = [min(others), max(others)] if others else None
                 first_outside = first_outside or {"step": step, "key": key, "retrained": value, "band": span}
     if compared == 0:
@@ -68,7 +70,13 @@ def compare(record: dict[int, dict], new: dict[int, dict], band: list[dict[int, 
     verdict = (
         "bit for bit" if first_unequal is None else "within the seed band" if first_outside is None else "outside"
     )
-    return {"verdict": verdict, "compared": compared, "first_unequal": first_unequal, "first_outside": first_outside}
+    return {
+        "verdict": verdict,
+        "compared": compared,
+        "outside_band": outside,
+        "first_unequal": first_unequal,
+        "first_outside": first_outside,
+    }
 
 
 def environment_changes(recorded: dict | None, now: dict) -> dict | str:
@@ -80,9 +88,10 @@ def environment_changes(recorded: dict | None, now: dict) -> dict | str:
     }
 
 
-def retrain(study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Path) -> dict:
+def retrain(study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Path, overrides=()) -> dict:
     """Train the recorded cell (`study`, `arm`, `seed`) for `steps` steps in `output_dir` and compare (module
-    docstring). The run's own log is `<output_dir>/<arm>-seed<seed>/train.log`."""
+    docstring). `overrides`: training flags changed on purpose (`--bf16 true`: does the cell still behave as its
+    seeds do?); they are named in the answer. The run's own log is `<output_dir>/<arm>-seed<seed>/train.log`."""
     record = record_dir(study, arm, seed)
     if not (record / "run.json").is_file():
         raise FileNotFoundError(f"{record}: no finished record of arm {arm.name!r} seed {seed} to compare with")
@@ -102,7 +111,7 @@ def retrain(study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Pat
     folder.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, "-m", "aer_bench.run", "--config", str(record / "recipe.yaml"), "--output_dir", str(folder),
-        "--seed", str(seed), "--max_steps", str(steps), "--save_strategy", "no", "--disable_tqdm", "true",
+        "--seed", str(seed), "--max_steps", str(steps), "--save_strategy", "no", "--disable_tqdm", "true", *overrides,
     ]  # fmt: skip
     with open(folder / "train.log", "a") as log:
         code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
@@ -121,6 +130,7 @@ def retrain(study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Pat
         arm=arm.name,
         seed=seed,
         steps=steps,
+        overrides=list(overrides),
         band_seeds=len(band),
         environment_changes=environment_changes(run.get("environment"), environment()),
     )
@@ -135,12 +145,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--steps", type=int, required=True, help="steps to train (at most the record's)")
     parser.add_argument("--output_dir", default="runs/retrain")
-    args = parser.parse_args(argv)
+    args, overrides = parser.parse_known_args(argv)  # the rest: training flags changed on purpose (--bf16 true)
+    clash = [a for a in overrides if a.split("=")[0] in ("--config", "--output_dir", "--seed", "--max_steps")]
+    if clash:
+        parser.error(f"{clash[0]} is set by this command")
     study = load_study(args.study)
     arms = {arm.name: arm for arm in study.arms}
     if args.arm not in arms:
         parser.error(f"--arm {args.arm!r} is no arm of {args.study}: {sorted(arms)}")
-    result = retrain(study, arms[args.arm], args.seed, args.steps, args.output_dir)
+    result = retrain(study, arms[args.arm], args.seed, args.steps, args.output_dir, overrides)
     print(json.dumps(result, indent=2))
     return result
 
