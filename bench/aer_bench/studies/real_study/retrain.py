@@ -3,8 +3,9 @@
     python -m aer_bench.studies.real_study.retrain --study results/real_llm/confirm/study.yaml --arm grpo --seed 17 \
         --steps 20 --output_dir runs/retrain
 
-The cell's recorded recipe (its `recipe.yaml`: the arm's merged settings) trains for `--steps` steps with its seed,
-through the bench's command line as the queue trains it, and its per-step log is set beside the record's:
+The cell's settings (the study's recipe and settings for the arm, checked against the record's settings hash) train
+for `--steps` steps with its seed, through the bench's command line as the queue trains it, and its per-step log is
+set beside the record's:
 **bit for bit** when every compared value at every step is equal; **within the seed band** when each lies between
 the lowest and the highest of the same arm's other recorded seeds at that step; otherwise **outside the seed band**,
 naming the first step and value. The answer also lists what differs between the record's environment (its run.json,
@@ -28,7 +29,7 @@ from aer_trl.io import atomic_write
 from aer_trl.metrics import read_metrics
 
 from .cells import environment
-from .spec import Arm, Study, load_study, record_dir
+from .spec import Arm, Study, load_study, record_dir, settings_hash
 
 # what the comparison reads at each step: the reward, the entropy AER controls, α, the loss, the completions' length
 KEYS = ("reward", "aer/entropy", "aer/alpha", "loss", "completions/mean_length")
@@ -95,7 +96,12 @@ def retrain(study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Pat
     record = record_dir(study, arm, seed)
     if not (record / "run.json").is_file():
         raise FileNotFoundError(f"{record}: no finished record of arm {arm.name!r} seed {seed} to compare with")
-    settings = yaml.safe_load((record / "recipe.yaml").read_text())
+    settings, run = study.merged(arm), json.loads((record / "run.json").read_text())
+    if run.get("settings_hash") != settings_hash(settings):
+        raise ValueError(
+            f"{record}: recorded with settings {run.get('settings_hash')}, and the study now trains {arm.name!r} with "
+            f"{settings_hash(settings)}: the record cannot be reproduced from this study file"
+        )
     recorded_steps = int(settings.get("max_steps", 0))
     if not 0 < steps <= recorded_steps:
         raise ValueError(f"--steps {steps}: the record has {recorded_steps} steps; give 1..{recorded_steps}")
@@ -109,8 +115,10 @@ def retrain(study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Pat
     if (folder / "metrics.jsonl").exists():
         raise FileExistsError(f"{folder} holds an earlier retrain: give another --output_dir or delete it")
     folder.mkdir(parents=True, exist_ok=True)
+    recipe = folder / "recipe.yaml"  # what the queue trains the cell with (the record's, under today's key names)
+    atomic_write(recipe, yaml.safe_dump(settings, sort_keys=True, allow_unicode=True))
     command = [
-        sys.executable, "-m", "aer_bench.run", "--config", str(record / "recipe.yaml"), "--output_dir", str(folder),
+        sys.executable, "-m", "aer_bench.run", "--config", str(recipe), "--output_dir", str(folder),
         "--seed", str(seed), "--max_steps", str(steps), "--save_strategy", "no", "--disable_tqdm", "true", *overrides,
     ]  # fmt: skip
     with open(folder / "train.log", "a") as log:
@@ -125,7 +133,6 @@ def retrain(study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Pat
     result = compare(
         steps_of(read_metrics(record / "metrics.jsonl")), steps_of(read_metrics(folder / "metrics.jsonl")), band, steps
     )
-    run = json.loads((record / "run.json").read_text())
     result.update(
         arm=arm.name,
         seed=seed,
