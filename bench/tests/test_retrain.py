@@ -31,6 +31,13 @@ def test_the_verdict_is_bit_for_bit_within_the_band_or_outside_it():
         retrain.compare(record, rows({1: 0.3}), band, 2)
 
 
+def test_the_seed_spread_is_each_seeds_share_outside_the_others_band():
+    seeds = [rows({1: 0.1, 2: 0.2}), rows({1: 0.2, 2: 0.3}), rows({1: 0.3, 2: 0.1})]
+    # rewards against the other two seeds' range (the entropy, 0.5 everywhere, is always inside): seed 0 outside at
+    # step 1 (0.1 < 0.2), seed 1 at step 2 (0.3 > 0.2), seed 2 at both (0.3 > 0.2, 0.1 < 0.2); 4 values each
+    assert retrain.seed_spread(seeds, 2) == [0.25, 0.25, 0.5]
+
+
 def test_environment_changes_name_each_field_or_say_the_record_has_none():
     now = {"commit": "b", "torch": "2.13.0", "cpu": "x"}
     assert retrain.environment_changes({"commit": "a", "torch": "2.13.0", "cpu": "x"}, now) == {"commit": ["a", "b"]}

@@ -3,15 +3,16 @@
     python -m aer_bench.studies.real_study.retrain --study results/real_llm/confirm/study.yaml --arm grpo --seed 17 \
         --steps 20 --output_dir runs/retrain
 
-The cell's settings (the study's recipe and settings for the arm, checked against the record's settings hash) train
-for `--steps` steps with its seed, through the bench's command line as the queue trains it, and its per-step log is
-set beside the record's:
-**bit for bit** when every compared value at every step is equal; **within the seed band** when each lies between
-the lowest and the highest of the same arm's other recorded seeds at that step; otherwise **outside the seed band**,
-naming the first step and value. The answer also lists what differs between the record's environment (its run.json,
-`cells.environment`) and this machine's (code commit, package versions, CPU, threads), which is where an
-unequal run looks first; a record made before environments were recorded says so. Writes `retrain.json` in the
-retrained cell's folder. Flags after the command's own are training flags changed on purpose (`--bf16 true`): the
+The cell's settings (the study's recipe and settings for the arm, checked against the record's settings hash) train for
+`--steps` steps with its seed, through the bench's command line as the queue trains it, and its per-step log is set
+beside the record's: **bit for bit** when every compared value at every step is equal; **within the seed band** when
+each lies between the lowest and the highest of the same arm's other recorded seeds at that step; **within the seed
+spread** when the share of its values outside that band is no larger than a recorded seed's own share against the
+others (with k other seeds a genuine seed falls outside their range 2/(k+1) of the time: `seed_spread`); otherwise
+**outside**, naming the first step and value outside. The answer also lists what differs between the record's
+environment (its run.json, `cells.environment`) and this machine's (code commit, package versions, CPU, threads), which
+is where an unequal run looks first; a record made before environments were recorded says so. Writes `retrain.json` in
+the retrained cell's folder. Flags after the command's own are training flags changed on purpose (`--bf16 true`): the
 answer then says whether the changed run still moves within its arm's seed band.
 """
 
@@ -75,9 +76,29 @@ def compare(record: dict[int, dict], new: dict[int, dict], band: list[dict[int, 
         "verdict": verdict,
         "compared": compared,
         "outside_band": outside,
+        "outside_share": outside / compared,
         "first_unequal": first_unequal,
         "first_outside": first_outside,
     }
+
+
+def seed_spread(seeds: list[dict[int, dict]], steps: int) -> list[float]:
+    """Each recorded seed's share of values outside the band of the others (leave one out): how unusual a genuine
+    seed of the arm is. With k other seeds a seed's value lies outside their range with chance 2/(k+1) at every step,
+    so "outside" alone says little; a run as unusual as the recorded seeds are is within their spread."""
+    return [
+        _outside_share(seed, [other for j, other in enumerate(seeds) if j != i], steps) for i, seed in enumerate(seeds)
+    ]
+
+
+def _outside_share(run: dict[int, dict], band: list[dict[int, dict]], steps: int) -> float:
+    values = outside = 0
+    for step in range(1, steps + 1):
+        for key, value in run.get(step, {}).items():
+            others = [seed[step][key] for seed in band if key in seed.get(step, {})]
+            values += 1
+            outside += len(others) < 2 or not min(others) <= value <= max(others)
+    return outside / values if values else 0.0
 
 
 def environment_changes(recorded: dict | None, now: dict) -> dict | str:
@@ -130,9 +151,12 @@ def retrain(study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Pat
         for other in study.seeds
         if other != seed and (record_dir(study, arm, other) / "metrics.jsonl").is_file()
     ]
-    result = compare(
-        steps_of(read_metrics(record / "metrics.jsonl")), steps_of(read_metrics(folder / "metrics.jsonl")), band, steps
-    )
+    recorded = steps_of(read_metrics(record / "metrics.jsonl"))
+    result = compare(recorded, steps_of(read_metrics(folder / "metrics.jsonl")), band, steps)
+    spread = seed_spread([recorded, *band], steps)
+    result["seed_spread"] = {"min": min(spread), "mean": sum(spread) / len(spread), "max": max(spread)}
+    if result["verdict"] == "outside" and len(band) >= 2 and result["outside_share"] <= max(spread):
+        result["verdict"] = "within the seed spread"  # no more unusual than a recorded seed against the others
     result.update(
         arm=arm.name,
         seed=seed,
