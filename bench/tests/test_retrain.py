@@ -61,12 +61,19 @@ def test_a_recorded_cell_retrained_is_compared_with_its_record(tmp_path, monkeyp
     monkeypatch.setattr(retrain.subprocess, "call", fake_training)
     result = retrain.retrain(study, grpo, 0, 3, tmp_path / "out", ["--bf16", "true"])
     assert result["verdict"] == "bit for bit" and result["band_seeds"] == 1
+    behaviour = result["behaviour"]
+    assert behaviour["retrained"] == behaviour["record"] and behaviour["retrained"]["reward_mean"] > 0
+    assert behaviour["seed_range"]["entropy_last_quarter"][0] <= behaviour["record"]["entropy_last_quarter"]
     assert "does not say" in result["environment_changes"]  # a record made before environments were recorded
     assert commands[0][commands[0].index("--max_steps") + 1] == "3" and "aer_bench.run" in commands[0]
     assert commands[0][-2:] == ["--bf16", "true"] and result["overrides"] == ["--bf16", "true"]
     assert json.loads((tmp_path / "out" / "grpo-seed0" / "retrain.json").read_text())["verdict"] == "bit for bit"
     with pytest.raises(FileExistsError, match="an earlier retrain"):
         retrain.retrain(study, grpo, 0, 3, tmp_path / "out")
+    again = retrain.retrain(study, grpo, 0, 3, tmp_path / "out", judge_only=True)  # judged again, not trained
+    assert again["verdict"] == "bit for bit" and len(commands) == 1
+    with pytest.raises(FileNotFoundError, match="no earlier retrain to judge"):
+        retrain.retrain(study, grpo, 1, 3, tmp_path / "out", judge_only=True)
     with pytest.raises(ValueError, match="--steps 500"):
         retrain.retrain(study, grpo, 0, 500, tmp_path / "other")
     with pytest.raises(FileNotFoundError, match="no finished record"):

@@ -101,6 +101,30 @@ def _outside_share(run: dict[int, dict], band: list[dict[int, dict]], steps: int
     return outside / values if values else 0.0
 
 
+def behaviour(rows: list[dict], steps: int) -> dict:
+    """What a study reads from a run, over its first `steps` steps: the mean reward, the last quarter's entropy and its
+    ratio to H*, α at the end, the last quarter's share of completions without a marked answer, the mean step time."""
+    keys = ("reward", "aer/entropy", "aer/target_entropy", "aer/alpha", "rewards/math_accuracy/unmarked", "step_time")
+    by_step = steps_of(rows, keys)
+    run = [by_step.get(step, {}) for step in range(1, steps + 1)]
+    last = run[-max(1, steps // 4) :]
+
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
+    return {
+        "reward_mean": mean(r.get("reward") for r in run),
+        "entropy_last_quarter": mean(r.get("aer/entropy") for r in last),
+        "entropy_over_target_last_quarter": mean(
+            r["aer/entropy"] / r["aer/target_entropy"] for r in last if r.get("aer/target_entropy")
+        ),
+        "alpha_end": run[-1].get("aer/alpha"),
+        "unmarked_last_quarter": mean(r.get("rewards/math_accuracy/unmarked") for r in last),
+        "step_time": mean(r.get("step_time") for r in run),
+    }
+
+
 def environment_changes(recorded: dict | None, now: dict) -> dict | str:
     """field -> [recorded, now] for each environment field that differs; a string where the record has none."""
     if not recorded:
@@ -110,10 +134,30 @@ def environment_changes(recorded: dict | None, now: dict) -> dict | str:
     }
 
 
-def retrain(study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Path, overrides=()) -> dict:
+def train_again(settings: dict, seed: int, steps: int, folder: Path, overrides=()) -> None:
+    """The cell's settings trained for `steps` steps in `folder`, through the bench's command line."""
+    if (folder / "metrics.jsonl").exists():
+        raise FileExistsError(f"{folder} holds an earlier retrain: give another --output_dir or delete it")
+    folder.mkdir(parents=True, exist_ok=True)
+    recipe = folder / "recipe.yaml"  # what the queue trains the cell with (the record's, under today's key names)
+    atomic_write(recipe, yaml.safe_dump(settings, sort_keys=True, allow_unicode=True))
+    command = [
+        sys.executable, "-m", "aer_bench.run", "--config", str(recipe), "--output_dir", str(folder),
+        "--seed", str(seed), "--max_steps", str(steps), "--save_strategy", "no", "--disable_tqdm", "true", *overrides,
+    ]  # fmt: skip
+    with open(folder / "train.log", "a") as log:
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+    if code != 0:
+        raise RuntimeError(f"retraining seed {seed} failed (exit {code}); see {folder / 'train.log'}")
+
+
+def retrain(
+    study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Path, overrides=(), judge_only: bool = False
+) -> dict:
     """Train the recorded cell (`study`, `arm`, `seed`) for `steps` steps in `output_dir` and compare (module
     docstring). `overrides`: training flags changed on purpose (`--bf16 true`: does the cell still behave as its
-    seeds do?); they are named in the answer. The run's own log is `<output_dir>/<arm>-seed<seed>/train.log`."""
+    seeds do?); they are named in the answer. `judge_only`: judge the run an earlier retrain left in the folder again,
+    without training. The run's own log is `<output_dir>/<arm>-seed<seed>/train.log`."""
     record = record_dir(study, arm, seed)
     if not (record / "run.json").is_file():
         raise FileNotFoundError(f"{record}: no finished record of arm {arm.name!r} seed {seed} to compare with")
@@ -133,30 +177,34 @@ def retrain(study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Pat
             f"than the record's {recorded_steps} steps; retrain all {recorded_steps}"
         )
     folder = Path(output_dir) / f"{arm.name}-seed{seed}"
-    if (folder / "metrics.jsonl").exists():
-        raise FileExistsError(f"{folder} holds an earlier retrain: give another --output_dir or delete it")
-    folder.mkdir(parents=True, exist_ok=True)
-    recipe = folder / "recipe.yaml"  # what the queue trains the cell with (the record's, under today's key names)
-    atomic_write(recipe, yaml.safe_dump(settings, sort_keys=True, allow_unicode=True))
-    command = [
-        sys.executable, "-m", "aer_bench.run", "--config", str(recipe), "--output_dir", str(folder),
-        "--seed", str(seed), "--max_steps", str(steps), "--save_strategy", "no", "--disable_tqdm", "true", *overrides,
-    ]  # fmt: skip
-    with open(folder / "train.log", "a") as log:
-        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
-    if code != 0:
-        raise RuntimeError(f"retraining {arm.name} seed {seed} failed (exit {code}); see {folder / 'train.log'}")
-    band = [
-        steps_of(read_metrics(record_dir(study, arm, other) / "metrics.jsonl"))
+    if judge_only:
+        if not (folder / "metrics.jsonl").is_file():
+            raise FileNotFoundError(f"{folder}: no earlier retrain to judge (no metrics.jsonl)")
+    else:
+        train_again(settings, seed, steps, folder, overrides)
+    band_rows = [
+        read_metrics(record_dir(study, arm, other) / "metrics.jsonl")
         for other in study.seeds
         if other != seed and (record_dir(study, arm, other) / "metrics.jsonl").is_file()
     ]
-    recorded = steps_of(read_metrics(record / "metrics.jsonl"))
-    result = compare(recorded, steps_of(read_metrics(folder / "metrics.jsonl")), band, steps)
+    band = [steps_of(rows) for rows in band_rows]
+    recorded_rows, new_rows = read_metrics(record / "metrics.jsonl"), read_metrics(folder / "metrics.jsonl")
+    recorded = steps_of(recorded_rows)
+    result = compare(recorded, steps_of(new_rows), band, steps)
     spread = seed_spread([recorded, *band], steps)
     result["seed_spread"] = {"min": min(spread), "mean": sum(spread) / len(spread), "max": max(spread)}
     if result["verdict"] == "outside" and len(band) >= 2 and result["outside_share"] <= max(spread):
         result["verdict"] = "within the seed spread"  # no more unusual than a recorded seed against the others
+    seeds_behaviour = [behaviour(rows, steps) for rows in (recorded_rows, *band_rows)]
+    result["behaviour"] = {
+        "retrained": behaviour(new_rows, steps),
+        "record": seeds_behaviour[0],
+        "seed_range": {
+            k: [min(vals), max(vals)] if vals else None
+            for k in seeds_behaviour[0]
+            for vals in [[b[k] for b in seeds_behaviour if b[k] is not None]]
+        },
+    }
     result.update(
         arm=arm.name,
         seed=seed,
@@ -176,6 +224,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--steps", type=int, required=True, help="steps to train (at most the record's)")
     parser.add_argument("--output_dir", default="runs/retrain")
+    parser.add_argument("--judge_only", action="store_true", help="judge an earlier retrain's run again, no training")
     args, overrides = parser.parse_known_args(argv)  # the rest: training flags changed on purpose (--bf16 true)
     clash = [a for a in overrides if a.split("=")[0] in ("--config", "--output_dir", "--seed", "--max_steps")]
     if clash:
@@ -184,7 +233,7 @@ def main(argv=None) -> dict:
     arms = {arm.name: arm for arm in study.arms}
     if args.arm not in arms:
         parser.error(f"--arm {args.arm!r} is no arm of {args.study}: {sorted(arms)}")
-    result = retrain(study, arms[args.arm], args.seed, args.steps, args.output_dir, overrides)
+    result = retrain(study, arms[args.arm], args.seed, args.steps, args.output_dir, overrides, args.judge_only)
     print(json.dumps(result, indent=2))
     return result
 
