@@ -38,6 +38,11 @@ KEYS = ("reward", "aer/entropy", "aer/alpha", "loss", "completions/mean_length")
 STEP_FREE_SCHEDULES = ("constant", "constant_with_warmup")
 
 
+def outside_band(value: float, others: list[float]) -> bool:
+    """Whether `value` lies outside the range of the other seeds' values (fewer than two seeds make no band)."""
+    return len(others) < 2 or not min(others) <= value <= max(others)
+
+
 def steps_of(rows: list[dict], keys=KEYS) -> dict[int, dict]:
     """step -> {key: value} of a metrics.jsonl's training rows (the end-of-training summary left out)."""
     out = {}
@@ -63,7 +68,7 @@ def compare(record: dict[int, dict], new: dict[int, dict], band: list[dict[int, 
                 continue
             first_unequal = first_unequal or {"step": step, "key": key, "record": old, "retrained": value}
             others = [seed[step][key] for seed in band if key in seed.get(step, {})]
-            if len(others) < 2 or not min(others) <= value <= max(others):
+            if outside_band(value, others):
                 outside += 1
                 span = [min(others), max(others)] if others else None
                 first_outside = first_outside or {"step": step, "key": key, "retrained": value, "band": span}
@@ -97,7 +102,7 @@ def _outside_share(run: dict[int, dict], band: list[dict[int, dict]], steps: int
         for key, value in run.get(step, {}).items():
             others = [seed[step][key] for seed in band if key in seed.get(step, {})]
             values += 1
-            outside += len(others) < 2 or not min(others) <= value <= max(others)
+            outside += outside_band(value, others)
     return outside / values if values else 0.0
 
 
