@@ -59,6 +59,17 @@ class BenchEvalArguments(EvalArguments):
     arithmetic_test_per_tier: int = field(
         default=32, metadata={"help": "'arithmetic' benchmark: held-out problems per tier."}
     )
+    arithmetic_test_extra: list[int] | None = field(
+        default=None,
+        metadata={"help": "'arithmetic' benchmark: more held-out problems per tier, as the training recipe's key."},
+    )
+    arithmetic_eval_per_tier: list[int] | None = field(
+        default=None,
+        metadata={
+            "help": "'arithmetic' benchmark: evaluate the first N held-out problems of each tier (one number per "
+            "tier); the split and its few-shot examples are drawn as training draws them. Default: all of them."
+        },
+    )
     lab_tiers: list[int] | None = field(
         default=None, metadata={"help": "'arithmetic' benchmark: tiers (default all)."}
     )

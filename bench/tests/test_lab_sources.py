@@ -2,7 +2,9 @@
 
 import pytest
 
+from aer_bench.lab.sources import first_per_tier
 from aer_bench.lab.tasks import arithmetic_splits
+from aer_bench.training import BenchEvalArguments
 from aer_bench.training import BenchScriptArguments as AERScriptArguments
 from aer_trl.sources import get_source, resolve_format
 
@@ -19,6 +21,46 @@ def test_arithmetic_splits_are_disjoint_on_every_tier_and_fixed():
     assert other["train"]["question"] != splits["train"]["question"]
     with pytest.raises(ValueError, match="tier 0 has fewer than"):
         arithmetic_splits(train_size=10, test_per_tier=100, tiers=[0])
+
+
+def test_more_held_out_problems_of_a_tier_keep_the_first_ones_and_the_few_shot_examples():
+    """`test_extra` widens one tier's held-out set (the hard-problem study: 64 problems of 2-digit x 1-digit): its
+    first 32 problems and the shot pool stay those drawn without it, and training draws from none of them."""
+    plain = arithmetic_splits(train_size=2000, test_per_tier=32, seed=3)
+    wider = arithmetic_splits(train_size=2000, test_per_tier=32, seed=3, test_extra=[0, 0, 0, 32])
+    assert wider["shots"] == plain["shots"]
+    tiers = wider["test"]["difficulty"]
+    assert [tiers.count(t) for t in range(4)] == [32, 32, 32, 64]
+
+    def tier(split, t):
+        return [q for q, d in zip(split["test"]["question"], split["test"]["difficulty"]) if d == t]
+
+    assert tier(wider, 3)[:32] == tier(plain, 3) and len(set(tier(wider, 3))) == 64
+    assert all(tier(wider, t) == tier(plain, t) for t in range(3))
+    train, shots = set(wider["train"]["question"]), {q for q, _ in wider["shots"]}
+    assert not train & set(wider["test"]["question"]) and not shots & set(wider["test"]["question"])
+    assert train & set(tier(wider, 3)[32:]) == set()
+    with pytest.raises(ValueError, match="arithmetic_test_extra: one number >= 0 per tier"):
+        arithmetic_splits(train_size=10, test_extra=[0, 32])
+
+
+def test_the_evaluation_takes_the_first_problems_of_each_tier_with_the_trainings_shots():
+    args = BenchEvalArguments(
+        models=["m"], arithmetic_test_extra=[0, 0, 0, 32], arithmetic_eval_per_tier=[16, 16, 16, 64]
+    )
+    source = get_source("arithmetic")
+    fmt = resolve_format(source, args)
+    training = AERScriptArguments(dataset_name="arithmetic", arithmetic_test_extra=[0, 0, 0, 32])
+    assert fmt.shots == resolve_format(source, training).shots
+    table = first_per_tier(arithmetic_splits(train_size=8, test_extra=[0, 0, 0, 32])["test"], [16, 16, 16, 64])
+    assert [table["difficulty"].count(t) for t in range(4)] == [16, 16, 16, 64]
+    full = arithmetic_splits(train_size=8, test_extra=[0, 0, 0, 32])["test"]
+    assert table["question"][:16] == full["question"][:16]
+    assert len(source.load("test", args, fmt)) == 112
+    with pytest.raises(ValueError, match="tier 3 has 64 held-out problems, 65 asked"):
+        first_per_tier(full, [1, 1, 1, 65])
+    with pytest.raises(ValueError, match="one number per tier"):
+        first_per_tier(full, [16])
 
 
 def test_arithmetic_source_defaults_to_the_chosen_2_shot_format():

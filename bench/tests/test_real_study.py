@@ -243,6 +243,56 @@ def test_the_evaluation_samples_in_the_format_and_budget_the_cells_trained_with(
     assert args.top_k == 0 and args.temperature == 1.0  # TRL samples the full distribution
 
 
+def test_the_evaluation_takes_the_studys_problems_per_tier_from_the_split_its_cells_trained_without(tmp_path):
+    study = _study(tmp_path, "--arithmetic_test_extra", "0", "0", "0", "32")
+    study.eval_per_tier, study.eval_long_tokens = [16, 16, 16, 64], 48
+    args = real_study.eval_arguments(study, study.arm("aer"), ["m"], tmp_path)
+    assert args.arithmetic_test_per_tier == 32 and args.arithmetic_test_extra == [0, 0, 0, 32]
+    assert args.arithmetic_eval_per_tier == [16, 16, 16, 64] and args.k_list == list(range(1, 17))
+    longer = real_study.eval_arguments(study, study.arm("aer"), ["m"], tmp_path, 48)
+    assert longer.max_new_tokens == 48 and args.max_new_tokens == 24
+
+
+def test_primary_endpoint_by_rule_against_hand_computed_tests(tmp_path):
+    """Differences 0, +6.25, +12.5, +18.75 points (hardest tier pass@16, AER − GRPO): mean 9.375, sd 8.07, t = 2.32
+    on 3 degrees of freedom, two-sided p = 0.1027: no difference shown; sign test 3 up, 0 down, 1 tie: p = 0.25."""
+    study = real_study.load_study(
+        study_helpers.write_study(tmp_path / "s", seeds=[0, 1, 2, 3, 4], primary={"tier": 3, "k": 16})
+    )
+    cells = []
+    for seed, diff in enumerate([0.0, 0.0625, 0.125, 0.1875]):
+        for arm, value in (("grpo", 0.25), ("fixed", 0.25 + diff)):
+            cells.append({"method": arm, "seed": seed, "passk": {"per_group": {"3": {"pass@16": value}}}})
+    result = real_study.primary_endpoint(cells, study, "grpo")["arms"]["fixed"]
+    assert result["mean"] == pytest.approx(9.375) and result["seeds"] == 4
+    assert result["t_p"] == pytest.approx(0.1027, abs=1e-4)
+    assert result["sign"] == {"up": 3, "down": 0, "ties": 1, "p": 0.25}
+    assert result["verdict"] == "no difference shown"
+    lines = "\n".join(real_study.primary_lines(real_study.primary_endpoint(cells, study, "grpo"), 5))
+    assert "| fixed − grpo | 4 of 5 | 9.38 ± 13 | 0.103 | 3 / 0 / 1, 0.25 | no difference shown (interim" in lines
+    cells += [
+        {"method": "grpo", "seed": 4, "passk": {"per_group": {"3": {"pass@16": 0.25}}}},
+        {"method": "fixed", "seed": 4, "passk": {"per_group": {"3": {"pass@16": 0.5}}}},
+    ]
+    five = real_study.primary_endpoint(cells, study, "grpo")["arms"]["fixed"]
+    assert five["t_p"] < 0.05 and five["verdict"] == "higher"
+
+
+def test_a_record_without_the_longer_budget_or_at_other_tier_sizes_is_evaluated_again(tmp_path):
+    study = real_study.load_study(
+        study_helpers.write_study(tmp_path / "s", eval_per_tier=[16, 16, 16, 64], eval_long_tokens=48)
+    )
+    groups = {t: {"num_problems": n} for t, n in zip("0123", (16, 16, 16, 64))}
+    passk = {"num_samples": 16, "per_group": groups}
+    assert "longer budget of 48 tokens (found: None)" in real_study.evaluation_mismatch(study, passk)
+    passk["longer"] = {"fingerprint": {"max_new_tokens": 48}}
+    assert real_study.evaluation_mismatch(study, passk) is None
+    passk["per_group"]["3"]["num_problems"] = 16
+    assert "16 problems per tier x 16 samples, while the study asks for 16/16/16/64" in (
+        real_study.evaluation_mismatch(study, passk)
+    )
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -251,6 +301,12 @@ def test_the_evaluation_samples_in_the_format_and_budget_the_cells_trained_with(
         ({"reference": "aer"}, "reference"),
         ({"steps": 3}, "unknown keys"),
         ({"arms": {"a": {"settings": {}}}}, "recipe"),
+        ({"eval_per_tier": [16, 64]}, "eval_per_tier"),
+        ({"eval_per_tier": 0}, "eval_per_tier"),
+        ({"eval_long_tokens": "48"}, "eval_long_tokens"),
+        ({"primary": {"tier": 4, "k": 16}}, "primary"),
+        ({"primary": {"tier": 3, "k": 32}}, "primary k"),
+        ({"primary": {"tier": 3, "k": 16}, "reference": None}, "reference arm"),
     ],
 )
 def test_a_bad_study_file_names_the_file_and_the_key(tmp_path, change, message):

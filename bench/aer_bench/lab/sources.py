@@ -34,6 +34,14 @@ class ArithmeticArguments:
     arithmetic_test_per_tier: int = field(
         default=32, metadata={"help": "'arithmetic': held-out problems per tier (the 'test' split, never trained on)."}
     )
+    arithmetic_test_extra: list[int] | None = field(
+        default=None,
+        metadata={
+            "help": "'arithmetic': more held-out problems of each tier, one number per tier in tier order (e.g. 0 0 0 "
+            "32), never trained on either; drawn after the shot pool, so the few-shot examples and the first "
+            "arithmetic_test_per_tier problems of each tier stay those drawn without them."
+        },
+    )
     lab_warm_start: str = field(
         default="default",
         metadata={"help": "Lab only: warm-start preset, 'default' (0.8M parameters) or 'tiny' (for quick checks)."},
@@ -90,7 +98,28 @@ def _arithmetic_splits(args) -> dict:
         test_per_tier=option(args, "arithmetic_test_per_tier", 32),
         seed=option(args, "lab_data_seed", 0),
         tiers=option(args, "lab_tiers"),
+        test_extra=option(args, "arithmetic_test_extra"),
     )
+
+
+def first_per_tier(table, sizes: list[int] | None):
+    """The first `sizes[i]` rows of the i-th tier present (in tier order) of a held-out table; the table when `sizes`
+    is None. A tier with fewer rows than asked is an error naming both numbers."""
+    if sizes is None:
+        return table
+    tiers = sorted(set(table["difficulty"]))
+    if len(sizes) != len(tiers):
+        raise ValueError(f"arithmetic_eval_per_tier: one number per tier {tiers}, got {list(sizes)}")
+    keep, seen = [], dict.fromkeys(tiers, 0)
+    for i, tier in enumerate(table["difficulty"]):
+        if seen[tier] < sizes[tiers.index(tier)]:
+            keep.append(i)
+        seen[tier] += 1
+    short = [(t, seen[t], n) for t, n in zip(tiers, sizes) if seen[t] < n]
+    if short:
+        tier, have, want = short[0]
+        raise ValueError(f"arithmetic_eval_per_tier: tier {tier} has {have} held-out problems, {want} asked")
+    return table.select(keep)
 
 
 def _arithmetic_load(split, args, fmt):
@@ -99,6 +128,8 @@ def _arithmetic_load(split, args, fmt):
     if split not in ("train", "test"):
         raise ValueError(f"the arithmetic source has the splits 'train' and 'test' (held out), not {split!r}")
     table = _arithmetic_splits(args)[split]
+    if split == "test":
+        table = first_per_tier(table, option(args, "arithmetic_eval_per_tier"))
     return to_math_prompts(table, source=f"arithmetic ({split})", prompt_format=fmt)
 
 

@@ -128,18 +128,36 @@ def arithmetic_splits(
     pool_per_tier: int = 4,
     seed: int = 0,
     tiers: list[int] | None = None,
+    test_extra: list[int] | None = None,
 ) -> dict:
     """`{"train": Dataset, "test": Dataset, "shots": [(question, solution), ...]}` with columns `question`,
     `answer`, `difficulty`. The held-out split (distinct problems, `test_per_tier` per tier, fixed: it does not
     depend on `seed`) and the shot pool are drawn first; training problems (`seed`, equal tier shares, repeats
     allowed as in the lab) never come from either, so the splits are disjoint on every tier, the small ones included
-    (1-digit addition has 100 problems, 1-digit multiplication 64)."""
+    (1-digit addition has 100 problems, 1-digit multiplication 64).
+
+    `test_extra` (one number per tier of `tiers`, in order): that many more held-out problems of each tier, drawn
+    after the shot pool from the same stream, so the first `test_per_tier` of each tier and the shot pool (the
+    few-shot examples) are those drawn without them; training draws from neither."""
     tiers = sorted(TIERS) if tiers is None else sorted(tiers)
     unknown = [t for t in tiers if t not in TIERS]
     if unknown:
         raise ValueError(f"arithmetic_tiers: unknown tiers {unknown}; known tiers are {sorted(TIERS)}")
+    if test_extra is not None and (len(test_extra) != len(tiers) or any(n < 0 for n in test_extra)):
+        raise ValueError(
+            f"arithmetic_test_extra: one number >= 0 per tier {tiers} (in that order), got {list(test_extra)}"
+        )
     test = _draw_per_tier(test_per_tier, HELD_OUT_SEED, tiers, set())
     pool = _draw_per_tier(pool_per_tier, SHOT_POOL_SEED, tiers, {e for e, _, _ in test})
+    if test_extra is not None and any(test_extra):
+        # the same stream with the pool left out: its first test_per_tier problems are the ones drawn above (the
+        # pool was drawn outside them), the rest are new
+        pool_set = {e for e, _, _ in pool}
+        test = [
+            row
+            for tier, extra in zip(tiers, test_extra)
+            for row in _draw_per_tier(test_per_tier + extra, HELD_OUT_SEED, [tier], pool_set)
+        ]
     reserved = {e for e, _, _ in test} | {e for e, _, _ in pool}
     train = make_arithmetic_dataset(train_size, seed=seed, tiers=tiers, exclude={format_prompt(e) for e in reserved})
 

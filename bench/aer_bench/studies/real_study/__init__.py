@@ -50,7 +50,7 @@ from .cells import eval_arguments, held_out, train_cell
 from .cli import cli, main
 from .figures import plot, seed_count, tier_curve
 from .queue import claim_cell, run_queue
-from .records import export_record, no_answer_share, read_record, share_record
+from .records import evaluation_mismatch, export_record, no_answer_share, read_record, share_record
 from .spec import (
     EXECUTION_KEYS,
     KS,
@@ -72,6 +72,8 @@ from .tables import (
     aggregate,
     cell_summary,
     passk_columns,
+    primary_endpoint,
+    primary_lines,
     replace_block,
     tables,
     training_summary,
@@ -97,6 +99,7 @@ __all__ = [
     "eval_arguments",
     "held_out",
     "no_answer_share",
+    "evaluation_mismatch",
     "export_record",
     "read_record",
     "share_record",
@@ -106,6 +109,8 @@ __all__ = [
     "training_summary",
     "COLUMNS",
     "passk_columns",
+    "primary_endpoint",
+    "primary_lines",
     "aggregate",
     "cell_summary",
     "tables",

@@ -16,7 +16,7 @@ from aer_trl.io import atomic_write
 from aer_trl.prompts import prompt_settings
 from aer_trl.training import is_complete_checkpoint
 
-from .spec import KS, Arm, Study, cell_dir, settings_hash
+from .spec import Arm, Study, cell_dir, settings_hash
 
 
 def environment() -> dict:
@@ -109,9 +109,14 @@ def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path, claim=
     return run
 
 
-def eval_arguments(study: Study, arm: Arm, models: list[str], output_dir: str | Path):
+def eval_arguments(
+    study: Study, arm: Arm, models: list[str], output_dir: str | Path, max_new_tokens: int | None = None
+):
     """Held-out sampling in the format and token budget the arm was trained with (its merged recipe, parsed as the
-    training command parses it: a `max_completion_length` or prompt setting of the study reaches the evaluation)."""
+    training command parses it: a `max_completion_length`, held-out or prompt setting of the study reaches the
+    evaluation), on the first `study.tier_sizes()` problems of each tier of the held-out split the arm's training
+    left out (drawn as training draws it, so the few-shot examples are the training's). `max_new_tokens`: another
+    budget than the trained one."""
     from aer_bench.training import BenchEvalArguments, parse_recipe
 
     eval_dir = Path(output_dir) / "eval"
@@ -124,19 +129,28 @@ def eval_arguments(study: Study, arm: Arm, models: list[str], output_dir: str | 
         benchmarks=["arithmetic"],
         output_dir=str(eval_dir),
         num_samples=study.eval_samples,
-        k_list=[k for k in KS if k <= study.eval_samples],
-        max_new_tokens=training_args.max_completion_length,
+        k_list=list(range(1, study.eval_samples + 1)),
+        max_new_tokens=max_new_tokens or training_args.max_completion_length,
         temperature=1.0,
         seed=0,
         batch_size=8,
-        arithmetic_test_per_tier=study.eval_per_tier,
+        arithmetic_test_per_tier=script_args.arithmetic_test_per_tier,
+        arithmetic_test_extra=script_args.arithmetic_test_extra,
+        arithmetic_eval_per_tier=study.tier_sizes(),
         **prompt_settings(script_args),
     )
 
 
 def held_out(study: Study, arm: Arm, model: str, output_dir: str | Path) -> dict:
-    """pass@k overall and per tier of one model on the held-out split (resumable through the harness's store)."""
+    """pass@k overall and per tier of one model on the held-out split (resumable through the harness's store), at
+    the trained budget; with the study's `eval_long_tokens`, the same sampled again at that budget under `longer`
+    (the same sampling seeds: a completion's first tokens are those of the shorter budget's, so an answer found only
+    at the longer budget was cut off by the shorter one)."""
     from aer_trl.evaluation import evaluate
 
     metrics = evaluate(eval_arguments(study, arm, [model], output_dir))
-    return next(iter(metrics.values()))["arithmetic"]
+    passk = next(iter(metrics.values()))["arithmetic"]
+    if study.eval_long_tokens:
+        longer = evaluate(eval_arguments(study, arm, [model], output_dir, study.eval_long_tokens))
+        passk["longer"] = next(iter(longer.values()))["arithmetic"]
+    return passk

@@ -33,17 +33,30 @@ def export_record(study: Study, arm: Arm, seed: int, folder: Path, passk: dict) 
 
 
 def evaluation_mismatch(study: Study, passk: dict) -> str | None:
-    """How a held-out evaluation (a record's `passk.json`, or the untrained model's) differs in size from the one the
-    study asks for (`eval_per_tier` problems per tier, `eval_samples` samples each); None when it does not. The
-    study's tables must not mix pass@k over different problem sets or sample counts."""
-    per_tier = sorted({g.get("num_problems") for g in (passk.get("per_group") or {}).values()} - {None})
-    if passk.get("num_samples") == study.eval_samples and per_tier in ([], [study.eval_per_tier]):
-        return None
-    shown = "/".join(map(str, per_tier)) or "?"
-    return (
-        f"evaluated on {shown} problems per tier x {passk.get('num_samples')} samples, while the study asks for "
-        f"{study.eval_per_tier} x {study.eval_samples}"
-    )
+    """How a held-out evaluation (a record's `passk.json`, or the untrained model's) differs from the one the study
+    asks for (`eval_per_tier` problems per tier, `eval_samples` samples each, and a sampling at `eval_long_tokens`
+    under `longer` when the study asks for one); None when it does not. The study's tables must not mix pass@k over
+    different problem sets, sample counts or budgets."""
+    groups = passk.get("per_group") or {}
+    per_tier = [groups[t].get("num_problems") for t in sorted(groups)]
+    per_tier = [] if None in per_tier else per_tier  # a record that does not say: not a mismatch
+    wanted = study.tier_sizes()
+    size_ok = not per_tier or per_tier == wanted or (len(set(wanted)) == 1 and set(per_tier) == set(wanted))
+    if passk.get("num_samples") != study.eval_samples or not size_ok:
+
+        def shown(sizes):
+            return "?" if not sizes else str(sizes[0]) if len(set(sizes)) == 1 else "/".join(map(str, sizes))
+
+        return (
+            f"evaluated on {shown(per_tier)} problems per tier x {passk.get('num_samples')} samples, while the study "
+            f"asks for {shown(wanted)} x {study.eval_samples}"
+        )
+    if study.eval_long_tokens:
+        longer = passk.get("longer") or {}
+        budget = (longer.get("fingerprint") or {}).get("max_new_tokens")
+        if budget != study.eval_long_tokens:
+            return f"not sampled at the study's longer budget of {study.eval_long_tokens} tokens (found: {budget})"
+    return None
 
 
 def read_record(study: Study, arm: Arm, seed: int, check_evaluation: bool = True) -> dict | None:

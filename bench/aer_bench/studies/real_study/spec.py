@@ -25,7 +25,7 @@ RECORD_FILES = ("metrics.jsonl", "run.json", "passk.json", "recipe.yaml")
 
 
 STUDY_KEYS = {"title", "seeds", "settings", "reference", "figure", "arms", "recipes_dir", "eval_per_tier",
-              "eval_samples", "notes"}  # fmt: skip
+              "eval_samples", "eval_long_tokens", "primary", "notes"}  # fmt: skip
 
 
 def parse_flags(flags: list[str]) -> dict:
@@ -81,9 +81,16 @@ class Study:
     reference: str | None = None
     title: str = "GRPO vs AER on SmolLM2-135M-Instruct"
     figure: Path | None = None
-    eval_per_tier: int = 16
+    eval_per_tier: int | list[int] = 16  # held-out problems per tier: one number for all, or one per tier
     eval_samples: int = 16
+    eval_long_tokens: int | None = None  # a second held-out sampling at this budget (cut off or never answered)
+    primary: dict | None = None  # the pre-registered endpoint: {tier, k} of held-out pass@k, paired to `reference`
     source: Path | None = None  # the study file, if any
+
+    def tier_sizes(self) -> list[int]:
+        """Held-out problems per tier, in tier order."""
+        size = self.eval_per_tier
+        return list(size) if isinstance(size, list) else [size] * len(TIER_NAMES)
 
     def merged(self, arm: Arm) -> dict:
         """What the cell trains with: the arm's recipe, the study's settings over it, the arm's over those."""
@@ -144,6 +151,30 @@ def load_study(path: str | Path) -> Study:
     reference = spec.get("reference")
     if reference is not None and reference not in {a.name for a in arms}:
         raise ValueError(f"{path}: reference {reference!r} is not one of the arms {[a.name for a in arms]}")
+    per_tier = spec.get("eval_per_tier", 16)
+    if not (isinstance(per_tier, int) and per_tier > 0) and not (
+        isinstance(per_tier, list)
+        and len(per_tier) == len(TIER_NAMES)
+        and all(isinstance(n, int) and n > 0 for n in per_tier)
+    ):
+        raise ValueError(
+            f"{path}: eval_per_tier must be a positive integer or one per tier {list(TIER_NAMES)}, got {per_tier!r}"
+        )
+    samples = int(spec.get("eval_samples", 16))
+    primary = spec.get("primary")
+    if primary is not None:
+        if not isinstance(primary, dict) or set(primary) != {"tier", "k"} or str(primary["tier"]) not in TIER_NAMES:
+            raise ValueError(f"{path}: primary must be {{tier: one of {list(TIER_NAMES)}, k: ...}}, got {primary!r}")
+        if not (isinstance(primary["k"], int) and 1 <= primary["k"] <= samples):
+            raise ValueError(
+                f"{path}: primary k must be an integer in 1..eval_samples ({samples}), got {primary['k']!r}"
+            )
+        if reference is None:
+            raise ValueError(f"{path}: a primary endpoint is paired to the reference arm; name one (reference: ...)")
+        primary = {"tier": str(primary["tier"]), "k": primary["k"]}
+    long_tokens = spec.get("eval_long_tokens")
+    if long_tokens is not None and not (isinstance(long_tokens, int) and long_tokens > 0):
+        raise ValueError(f"{path}: eval_long_tokens must be a positive integer (a token budget), got {long_tokens!r}")
     return Study(
         arms=arms,
         seeds=seeds,
@@ -153,8 +184,10 @@ def load_study(path: str | Path) -> Study:
         reference=reference,
         title=str(spec.get("title") or path.parent.name),
         figure=Path(spec["figure"]) if spec.get("figure") else None,
-        eval_per_tier=int(spec.get("eval_per_tier", 16)),
-        eval_samples=int(spec.get("eval_samples", 16)),
+        eval_per_tier=per_tier,
+        eval_samples=samples,
+        eval_long_tokens=long_tokens,
+        primary=primary,
         source=path,
     )
 

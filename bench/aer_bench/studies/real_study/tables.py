@@ -11,7 +11,7 @@ from pathlib import Path
 from aer_trl.io import atomic_write
 
 from ...analysis import tokens_table
-from ...stats import interval
+from ...stats import interval, sign_test
 from .figures import plot
 from .records import evaluation_mismatch, no_answer_share, read_record
 from .spec import KS, TIER_NAMES, Arm, Study
@@ -82,13 +82,71 @@ COLUMNS = [
 ]
 
 
-def passk_columns(ks) -> list:
+def passk_columns(ks, long_tokens: int | None = None) -> list:
     cols = [(f"held-out pass@{k}", lambda c, k=k: 100 * c["passk"][f"pass@{k}"]) for k in ks]
     cols += [
         (f"{TIER_NAMES[t]} pass@1", lambda c, t=t: 100 * c["passk"]["per_group"][t]["pass@1"]) for t in TIER_NAMES
     ]
     cols.append(("no answer (%)", lambda c: 100 * no_answer_share(c["passk"])))
+    if long_tokens:  # the same samples continued to a longer budget: what was cut off, what is never answered
+        cols.append((f"no answer at {long_tokens} tokens (%)", lambda c: 100 * no_answer_share(c["passk"]["longer"])))
+        cols.append((f"pass@1 at {long_tokens} tokens", lambda c: 100 * c["passk"]["longer"]["pass@1"]))
     return cols
+
+
+def primary_endpoint(cells: list[dict], study: Study, reference: str) -> dict:
+    """The pre-registered endpoint (`study.primary`: held-out pass@k of one tier), each arm minus the reference,
+    paired by seed: mean and 95% t-interval in points, the two-sided paired t-test and the exact sign test, and the
+    verdict by rule (p < 0.05 on the t-test: higher or lower; else no difference shown)."""
+    from scipy import stats as scipy_stats
+
+    tier, k = study.primary["tier"], study.primary["k"]
+
+    def value(c):
+        return 100 * c["passk"]["per_group"][tier][f"pass@{k}"]
+
+    ref = {c["seed"]: value(c) for c in cells if c["method"] == reference}
+    out = {"tier": tier, "k": k, "reference": reference, "arms": {}}
+    for arm in dict.fromkeys(c["method"] for c in cells if c["method"] != reference):
+        diffs = [value(c) - ref[c["seed"]] for c in cells if c["method"] == arm and c["seed"] in ref]
+        mean, half = interval(diffs)
+        t_p = float(scipy_stats.ttest_1samp(diffs, 0.0).pvalue) if len(diffs) > 1 and len(set(diffs)) > 1 else math.nan
+        up, down, sign_p = sign_test(diffs)
+        verdict = (
+            "too few seeds" if len(diffs) < 2
+            else "higher" if t_p < 0.05 and mean > 0
+            else "lower" if t_p < 0.05 and mean < 0
+            else "no difference shown"
+        )  # fmt: skip
+        out["arms"][arm] = {
+            "seeds": len(diffs),
+            "mean": mean,
+            "half_width": half,
+            "t_p": t_p,
+            "sign": {"up": up, "down": down, "ties": len(diffs) - up - down, "p": sign_p},
+            "verdict": verdict,
+        }
+    return out
+
+
+def primary_lines(primary: dict, planned: int) -> list[str]:
+    tier, k, reference = primary["tier"], primary["k"], primary["reference"]
+    lines = [
+        "",
+        f"Primary endpoint (pre-registered): {TIER_NAMES[tier]} held-out pass@{k}, arm − {reference}, paired by seed.",
+        "",
+        "| arm | seeds (of planned) | difference (points) | paired t p | sign test: up / down / ties, p | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm, r in primary["arms"].items():
+        s = r["sign"]
+        lines.append(
+            f"| {arm} − {reference} | {r['seeds']} of {planned} | {_fmt(r['mean'], r['half_width'])} | "
+            f"{r['t_p']:.3g} | {s['up']} / {s['down']} / {s['ties']}, {s['p']:.3g} | {r['verdict']}"
+            + ("" if r["seeds"] >= planned else " (interim: the study is not finished)")
+            + " |"
+        )
+    return lines
 
 
 def _fmt(mean: float, half: float) -> str:
@@ -101,7 +159,7 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
     """Tables (`study.md`, `study.json` in the records folder) and the figure, from the cells' records alone."""
     arms = list(dict.fromkeys(c["method"] for c in cells))
     ks = [k for k in KS if k <= study.eval_samples]
-    train_cols, eval_cols = COLUMNS, passk_columns(ks)
+    train_cols, eval_cols = COLUMNS, passk_columns(ks, study.eval_long_tokens)
     rows = {}
     for m in arms:
         mine = [c for c in cells if c["method"] == m]
@@ -110,7 +168,8 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
     paired = {}
     reference = study.reference or ("grpo" if "grpo" in arms else arms[0])
     ref = {c["seed"]: c for c in cells if c["method"] == reference}
-    compared = eval_cols[:1] + eval_cols[len(ks) - 1 : len(ks)] + eval_cols[-1:] + train_cols[3:6]
+    answers = eval_cols[len(ks) + len(TIER_NAMES) :]  # the no-answer shares (and pass@1 at the longer budget)
+    compared = eval_cols[:1] + eval_cols[len(ks) - 1 : len(ks)] + answers + train_cols[3:6]
     top = max(ks)
     tier_cols = [
         (f"{TIER_NAMES[t]} pass@{k}", lambda c, t=t, k=k: 100 * c["passk"]["per_group"][t].get(f"pass@{k}", math.nan))
@@ -150,7 +209,18 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
             lines.append(
                 f"| {m} − {reference} | {len(diffs['seeds'])} | " + " | ".join(_fmt(*diffs[n]) for n in names) + " |"
             )
+    primary = primary_endpoint(cells, study, reference) if study.primary and ref else None
+    if primary is not None:
+        lines += primary_lines(primary, len(study.seeds))
     settings = {a.name: {"recipe": a.recipe, **study.settings, **a.settings} for a in study.arms}
+    sizes = study.tier_sizes()
+    per_tier = f"{sizes[0]}" if len(set(sizes)) == 1 else "/".join(map(str, sizes)) + " (by tier)"
+    longer = (
+        f" and again at {study.eval_long_tokens} tokens (the same samples continued: an answer given only there was "
+        "cut off at the trained budget)"
+        if study.eval_long_tokens
+        else ""
+    )
     lines += [
         "",
         f"Mean over seeds ± half-width of the 95% Student-t interval. Training columns from metrics.jsonl (reward = "
@@ -158,8 +228,8 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
         f"for a method with TRL's own entropy bonus; median |H−H*|/H* over the second half of training; its floor: "
         f"the same statistic around the run's own median entropy, i.e. what a controller holding the median exactly "
         f"at H* would score given the batch-to-batch spread). Held-out: "
-        f"{study.eval_per_tier} problems per tier, n = {study.eval_samples} samples each, temperature 1, the "
-        "training prompt format, the same sampling seeds for every model; no answer "
+        f"{per_tier} problems per tier, n = {study.eval_samples} samples each, temperature 1, the "
+        f"training prompt format{longer}, the same sampling seeds for every model; no answer "
         "= completions with no final-answer marker or one that does not parse. Arms (recipe and settings over it): "
         + "; ".join(
             f"`{name}`: {s['recipe']}"
@@ -181,6 +251,7 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
         "base": None if base is None else {**base, "no_answer_share": no_answer_share(base)},
         "rows": rows,
         "paired": paired,
+        **({"primary": primary} if primary is not None else {}),
     }
     atomic_write(out / "study.json", json.dumps(summary, indent=1, sort_keys=True, allow_nan=True) + "\n")
     if figure is not None:
