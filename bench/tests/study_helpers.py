@@ -42,7 +42,9 @@ def fake_study_record(study, arm, seed, pass1: float, entropy: float, unmarked: 
     ]
     (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
     passk = {f"pass@{k}": min(1.0, pass1 * (1 + 0.1 * k)) for k in (1, 2, 4, 8, 16)}
-    passk["per_group"] = {t: {"pass@1": pass1, "num_problems": 16, "num_samples": 16} for t in "0123"}
+    passk["per_group"] = {
+        t: {"pass@1": pass1, "pass@16": min(1.0, 2 * pass1), "num_problems": 16, "num_samples": 16} for t in "0123"
+    }
     passk.update(num_problems=64, num_samples=16, reward_stats={"unmarked": unmarked, "unparsed": 0, "timeouts": 0})
     (out / "passk.json").write_text(json.dumps(passk))
     (out / "recipe.yaml").write_text(yaml.safe_dump(study.merged(arm)))

@@ -78,3 +78,18 @@ def test_a_recorded_cell_retrained_is_compared_with_its_record(tmp_path, monkeyp
         retrain.retrain(study, grpo, 0, 500, tmp_path / "other")
     with pytest.raises(FileNotFoundError, match="no finished record"):
         retrain.retrain(study, study.arm("fixed"), 0, 3, tmp_path / "other")
+
+
+def test_the_retrained_models_held_out_figures_are_set_beside_the_recorded_seeds(tmp_path):
+    study = real_study.load_study(study_helpers.write_study(tmp_path / "study"))
+    grpo = study.arm("grpo")
+    for seed, pass1 in ((0, 0.4), (1, 0.5)):
+        study_helpers.fake_study_record(study, grpo, seed, pass1=pass1, entropy=0.2, unmarked=3)
+    sampled = json.loads((real_study.record_dir(study, grpo, 0) / "passk.json").read_text())
+    sampled["pass@1"] = 0.9  # above both recorded seeds
+    figures = retrain.held_out_beside_seeds(study, grpo, 0, sampled)
+    assert figures["seeds"] == [0, 1] and figures["outside_range"] == ["pass@1"]
+    assert figures["retrained"]["pass@1"] == pytest.approx(90.0)
+    assert figures["seed_range"]["pass@1"] == pytest.approx([44.0, 55.0])  # the records: 1.1 x pass1
+    assert figures["record"]["tier3 pass@1"] == pytest.approx(40.0)
+    assert figures["retrained"]["no_answer"] == pytest.approx(100 * 3 / 1024)

@@ -13,7 +13,8 @@ others (with k other seeds a genuine seed falls outside their range 2/(k+1) of t
 environment (its run.json, `cells.environment`) and this machine's (code commit, package versions, CPU, threads), which
 is where an unequal run looks first; a record made before environments were recorded says so. Writes `retrain.json` in
 the retrained cell's folder. Flags after the command's own are training flags changed on purpose (`--bf16 true`): the
-answer then says whether the changed run still moves within its arm's seed band.
+answer then says whether the changed run still moves within its arm's seed band. `--held_out` also samples the
+retrained model on the study's held-out problems and sets pass@k and the no-answer share beside the recorded seeds'.
 """
 
 from __future__ import annotations
@@ -130,6 +131,37 @@ def behaviour(rows: list[dict], steps: int) -> dict:
     }
 
 
+def held_out_summary(passk: dict) -> dict:
+    """What the studies read from a held-out evaluation, in points: pass@1 and pass@16 overall and per tier, and the
+    share of completions without an answer."""
+    from .records import no_answer_share
+
+    top = f"pass@{passk['num_samples']}"
+    out = {"pass@1": 100 * passk["pass@1"], top: 100 * passk[top], "no_answer": 100 * no_answer_share(passk)}
+    for tier, group in sorted((passk.get("per_group") or {}).items()):
+        out[f"tier{tier} pass@1"], out[f"tier{tier} {top}"] = 100 * group["pass@1"], 100 * group[top]
+    return out
+
+
+def held_out_beside_seeds(study: Study, arm: Arm, seed: int, passk: dict) -> dict:
+    """The retrained model's held-out figures beside its record's and the range of the arm's recorded seeds (each
+    figure: inside the range or not)."""
+    recorded = {
+        other: held_out_summary(json.loads((record_dir(study, arm, other) / "passk.json").read_text()))
+        for other in study.seeds
+        if (record_dir(study, arm, other) / "passk.json").is_file()
+    }
+    mine = held_out_summary(passk)
+    ranges = {k: [min(r[k] for r in recorded.values()), max(r[k] for r in recorded.values())] for k in mine}
+    return {
+        "retrained": mine,
+        "record": recorded.get(seed),
+        "seed_range": ranges,
+        "seeds": sorted(recorded),
+        "outside_range": sorted(k for k, v in mine.items() if not ranges[k][0] <= v <= ranges[k][1]),
+    }
+
+
 def environment_changes(recorded: dict | None, now: dict) -> dict | str:
     """field -> [recorded, now] for each environment field that differs; a string where the record has none."""
     if not recorded:
@@ -157,12 +189,21 @@ def train_again(settings: dict, seed: int, steps: int, folder: Path, overrides=(
 
 
 def retrain(
-    study: Study, arm: Arm, seed: int, steps: int, output_dir: str | Path, overrides=(), judge_only: bool = False
+    study: Study,
+    arm: Arm,
+    seed: int,
+    steps: int,
+    output_dir: str | Path,
+    overrides=(),
+    judge_only: bool = False,
+    evaluate: bool = False,
 ) -> dict:
     """Train the recorded cell (`study`, `arm`, `seed`) for `steps` steps in `output_dir` and compare (module
     docstring). `overrides`: training flags changed on purpose (`--bf16 true`: does the cell still behave as its
     seeds do?); they are named in the answer. `judge_only`: judge the run an earlier retrain left in the folder again,
-    without training. The run's own log is `<output_dir>/<arm>-seed<seed>/train.log`."""
+    without training. `evaluate`: also sample the retrained model on the study's held-out problems (its budgets and
+    sizes, `cells.held_out`) and set its figures beside the recorded seeds' (`held_out_beside_seeds`). The run's own
+    log is `<output_dir>/<arm>-seed<seed>/train.log`."""
     record = record_dir(study, arm, seed)
     if not (record / "run.json").is_file():
         raise FileNotFoundError(f"{record}: no finished record of arm {arm.name!r} seed {seed} to compare with")
@@ -218,6 +259,10 @@ def retrain(
         band_seeds=len(band),
         environment_changes=environment_changes(run.get("environment"), environment()),
     )
+    if evaluate:
+        from .cells import held_out
+
+        result["held_out"] = held_out_beside_seeds(study, arm, seed, held_out(study, arm, str(folder), output_dir))
     atomic_write(folder / "retrain.json", json.dumps(result, indent=2))
     return result
 
@@ -230,6 +275,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, required=True, help="steps to train (at most the record's)")
     parser.add_argument("--output_dir", default="runs/retrain")
     parser.add_argument("--judge_only", action="store_true", help="judge an earlier retrain's run again, no training")
+    parser.add_argument(
+        "--held_out", action="store_true", help="also evaluate the retrained model on the study's held-out problems"
+    )
     args, overrides = parser.parse_known_args(argv)  # the rest: training flags changed on purpose (--bf16 true)
     clash = [a for a in overrides if a.split("=")[0] in ("--config", "--output_dir", "--seed", "--max_steps")]
     if clash:
@@ -238,7 +286,9 @@ def main(argv=None) -> dict:
     arms = {arm.name: arm for arm in study.arms}
     if args.arm not in arms:
         parser.error(f"--arm {args.arm!r} is no arm of {args.study}: {sorted(arms)}")
-    result = retrain(study, arms[args.arm], args.seed, args.steps, args.output_dir, overrides, args.judge_only)
+    result = retrain(
+        study, arms[args.arm], args.seed, args.steps, args.output_dir, overrides, args.judge_only, args.held_out
+    )
     print(json.dumps(result, indent=2))
     return result
 
