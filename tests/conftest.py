@@ -1,3 +1,4 @@
+import json
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -48,3 +49,13 @@ def pytest_collection_modifyitems(config, items):
     collects the same order, as xdist requires; a serial run keeps the files' order."""
     if getattr(config.option, "numprocesses", None):
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture
+def model_and_bench(tmp_path, tokenizer):
+    model_dir = tmp_path / "tiny"
+    helpers.save_model(tokenizer, model_dir)
+    bench = tmp_path / "bench.jsonl"
+    rows = [{"question": f"{i}?", "answer": str(i % 3)} for i in range(10)]
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(model_dir), str(bench)

@@ -7,7 +7,7 @@ import pytest
 
 from aer_bench.notebooks import execute
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
 pytestmark = pytest.mark.slow
 

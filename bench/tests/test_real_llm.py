@@ -10,7 +10,7 @@ import pytest
 
 from aer_trl.controller import update_alpha
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "smollm2_135m_instruct" / "arithmetic" / "aer.yaml"
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
