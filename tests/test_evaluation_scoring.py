@@ -95,3 +95,13 @@ def test_a_problem_repeated_in_a_benchmark_counts_its_own_samples(tmp_path, mode
     assert result["pass@1"] == pytest.approx(sum(verdicts) / len(verdicts))
     again = Fake()
     assert evaluate(args, generator_factory=again)[model][str(bench)] == result and again.problems == 0
+
+
+def test_each_problems_correct_count_is_reported_in_the_benchmarks_order(tmp_path, model_and_bench):
+    """`correct` (per problem, and per group where the benchmark has groups): the counts pass@k was computed from,
+    so any k up to n, or a per-problem view, comes from metrics.json without the store."""
+    model, bench = model_and_bench
+    m = evaluate(make_args(tmp_path / "eval", model, bench), generator_factory=Fake())[model][bench]
+    stored = {json.loads(x)["index"]: sum(json.loads(x)["correct"]) for x in lines(tmp_path / "eval")}
+    assert m["correct"] == [stored[i] for i in sorted(stored)] and len(m["correct"]) == 10
+    assert m["pass@1"] == pytest.approx(sum(m["correct"]) / (10 * 8))

@@ -63,8 +63,11 @@ def score(args, plans) -> dict:
             if problem.group is not None:
                 groups.setdefault(problem.group, []).append(counts[-1])
         entry = passk_summary(counts, args.k_list)
+        entry["correct"] = [c for _, c in counts]  # per problem, in the benchmark's order: any k, any per-problem view
         if groups:
-            entry["per_group"] = {g: passk_summary(c, args.k_list) for g, c in sorted(groups.items())}
+            entry["per_group"] = {
+                g: {**passk_summary(c, args.k_list), "correct": [k for _, k in c]} for g, c in sorted(groups.items())
+            }
         entry["fingerprint"] = {"id": plan.fp, **plan.fingerprint}
         if len(used) > 1 or plan.fp not in used:
             entry["reused_fingerprints"] = dict(used)
