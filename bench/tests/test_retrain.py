@@ -65,6 +65,7 @@ def test_a_recorded_cell_retrained_is_compared_with_its_record(tmp_path, monkeyp
     assert behaviour["retrained"] == behaviour["record"] and behaviour["retrained"]["reward_mean"] > 0
     assert behaviour["seed_range"]["entropy_last_quarter"][0] <= behaviour["record"]["entropy_last_quarter"]
     assert "does not say" in result["environment_changes"]  # a record made before environments were recorded
+    assert set(result["environment"]) >= {"commit", "torch", "transformers", "trl", "accelerate", "cpu", "threads"}
     assert commands[0][commands[0].index("--max_steps") + 1] == "3" and "aer_bench.run" in commands[0]
     assert commands[0][-2:] == ["--bf16", "true"] and result["overrides"] == ["--bf16", "true"]
     assert json.loads((tmp_path / "out" / "grpo-seed0" / "retrain.json").read_text())["verdict"] == "bit for bit"

@@ -257,6 +257,7 @@ def retrain(
         steps=steps,
         overrides=list(overrides),
         band_seeds=len(band),
+        environment=environment(),
         environment_changes=environment_changes(run.get("environment"), environment()),
     )
     if evaluate:
