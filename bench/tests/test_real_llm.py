@@ -108,7 +108,7 @@ def test_a_few_shot_conversation_keeps_its_turns_through_loading_training_and_ev
             "--prompt_instruction",
             "none",
             "--reward_funcs",
-            "tests.test_real_llm.recording_reward",
+            f"{__name__}.recording_reward",
             "--output_dir",
             str(tmp_path / "run"),
             "--use_cpu",
