@@ -490,3 +490,34 @@ def test_the_figure_carries_the_studys_title_and_each_tier_to_the_last_step(tmp_
     assert min(max(line.get_xdata()) for line in tier_panel.get_lines()) >= 10
     assert "grpo (3 seeds)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     plt.close(fig)
+
+
+def test_the_tables_of_a_study_with_a_longer_budget_and_a_primary_endpoint(tmp_path):
+    """The hard-problem study's tables: the no-answer share and pass@1 at the longer budget beside the trained one's,
+    their paired differences, and the primary endpoint's row, interim until every seed is in."""
+    study = real_study.load_study(
+        study_helpers.write_study(tmp_path / "s", seeds=[0, 1, 2], eval_long_tokens=48, primary={"tier": 3, "k": 16})
+    )
+    for seed, (g, f) in enumerate([(0.30, 0.40), (0.35, 0.40)]):
+        for arm, pass1, unmarked in (("grpo", g, 2), ("fixed", f, 20)):
+            study_helpers.fake_study_record(study, study.arm(arm), seed, pass1, 0.2, unmarked=unmarked)
+            path = real_study.record_dir(study, study.arm(arm), seed) / "passk.json"
+            passk = json.loads(path.read_text())
+            passk["longer"] = {
+                **passk,
+                "reward_stats": {"unmarked": unmarked // 2},
+                "fingerprint": {"max_new_tokens": 48},
+            }
+            path.write_text(json.dumps(passk))
+    real_study.tables(study)
+    table = (study.records / "study.md").read_text()
+    summary = json.loads((study.records / "study.json").read_text())
+    assert "no answer at 48 tokens (%)" in table and "pass@1 at 48 tokens" in table
+    assert "and again at 48 tokens" in table
+    paired = summary["paired"]["fixed"]
+    assert paired["no answer (%)"][0] == pytest.approx(100 * 18 / 1024)
+    assert paired["no answer at 48 tokens (%)"][0] == pytest.approx(100 * 9 / 1024)
+    # hardest tier pass@16 (the fake record: 2 x pass1): +20 and +10 points over 2 of 3 seeds
+    primary = summary["primary"]["arms"]["fixed"]
+    assert primary["mean"] == pytest.approx(15.0) and primary["sign"]["up"] == 2
+    assert "| fixed − grpo | 2 of 3 | 15 ± 64 |" in table and "(interim: the study is not finished)" in table
