@@ -10,7 +10,7 @@ from pathlib import Path
 from aer_trl.io import atomic_write
 from aer_trl.metrics import read_metrics
 
-from .spec import RECORD_FILES, Arm, Study, record_dir, settings_hash
+from .spec import RECORD_FILES, Arm, Study, record_dir, settings_hash, sizes_text
 
 
 def no_answer_share(passk: dict) -> float:
@@ -43,13 +43,9 @@ def evaluation_mismatch(study: Study, passk: dict) -> str | None:
     wanted = study.tier_sizes()
     size_ok = not per_tier or per_tier == wanted or (len(set(wanted)) == 1 and set(per_tier) == set(wanted))
     if passk.get("num_samples") != study.eval_samples or not size_ok:
-
-        def shown(sizes):
-            return "?" if not sizes else str(sizes[0]) if len(set(sizes)) == 1 else "/".join(map(str, sizes))
-
         return (
-            f"evaluated on {shown(per_tier)} problems per tier x {passk.get('num_samples')} samples, while the study "
-            f"asks for {shown(wanted)} x {study.eval_samples}"
+            f"evaluated on {sizes_text(per_tier)} problems per tier x {passk.get('num_samples')} samples, while the "
+            f"study asks for {sizes_text(wanted)} x {study.eval_samples}"
         )
     if study.eval_long_tokens:
         longer = passk.get("longer") or {}

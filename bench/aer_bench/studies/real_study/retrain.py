@@ -31,6 +31,7 @@ from aer_trl.io import atomic_write
 from aer_trl.metrics import read_metrics
 
 from .cells import environment
+from .records import no_answer_share
 from .spec import Arm, Study, load_study, record_dir, settings_hash
 
 # what the comparison reads at each step: the reward, the entropy AER controls, α, the loss, the completions' length
@@ -134,8 +135,6 @@ def behaviour(rows: list[dict], steps: int) -> dict:
 def held_out_summary(passk: dict) -> dict:
     """What the studies read from a held-out evaluation, in points: pass@1 and pass@16 overall and per tier, and the
     share of completions without an answer."""
-    from .records import no_answer_share
-
     top = f"pass@{passk['num_samples']}"
     out = {"pass@1": 100 * passk["pass@1"], top: 100 * passk[top], "no_answer": 100 * no_answer_share(passk)}
     for tier, group in sorted((passk.get("per_group") or {}).items()):

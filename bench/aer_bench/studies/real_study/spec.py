@@ -28,6 +28,11 @@ STUDY_KEYS = {"title", "seeds", "settings", "reference", "figure", "arms", "reci
               "eval_samples", "eval_long_tokens", "primary", "notes"}  # fmt: skip
 
 
+def sizes_text(sizes: list[int]) -> str:
+    """Problems per tier as the tables and errors print them: one number when every tier has it, else 16/16/16/64."""
+    return "?" if not sizes else str(sizes[0]) if len(set(sizes)) == 1 else "/".join(map(str, sizes))
+
+
 def parse_flags(flags: list[str]) -> dict:
     """`--key value` / `--key=value` / `--key v1 v2` command-line flags as recipe settings, each value read as YAML
     would read it in a recipe (`0.4` → 0.4, `false` → False, `null` → None; a text that is not a plain YAML scalar

@@ -14,7 +14,7 @@ from ...analysis import tokens_table
 from ...stats import interval, sign_test
 from .figures import plot
 from .records import evaluation_mismatch, no_answer_share, read_record
-from .spec import KS, TIER_NAMES, Arm, Study
+from .spec import KS, TIER_NAMES, Arm, Study, sizes_text
 
 
 def training_summary(records: list[dict]) -> dict:
@@ -214,7 +214,7 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
         lines += primary_lines(primary, len(study.seeds))
     settings = {a.name: {"recipe": a.recipe, **study.settings, **a.settings} for a in study.arms}
     sizes = study.tier_sizes()
-    per_tier = f"{sizes[0]}" if len(set(sizes)) == 1 else "/".join(map(str, sizes)) + " (by tier)"
+    per_tier = sizes_text(sizes) + ("" if len(set(sizes)) == 1 else " (by tier)")
     longer = (
         f" and again at {study.eval_long_tokens} tokens (the same samples continued: an answer given only there was "
         "cut off at the trained budget)"
