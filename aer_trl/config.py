@@ -172,17 +172,6 @@ class AERGRPOConfig(GRPOConfig):
             "steadies H* when a rollout batch has few prompts (docs/real_llm.md)."
         },
     )
-    aer_anchor_probe: int = field(
-        default=0,
-        metadata={
-            "help": "C2's anchor H0 from a probe before step 1 (ours, not the paper's): the untrained policy samples "
-            "num_generations completions for each of aer_anchor_probe training prompts (drawn with the run's seed) "
-            "and H0 is their token-weighted entropy; the probe trains nothing and logs only aer/anchor_probe_entropy. "
-            "0: H0 from the rollout batches (aer_anchor_rollouts; the paper: the first one). A probe of more prompts "
-            "than a rollout batch has steadies H* without measuring it on a policy that is already collapsing "
-            "(docs/real_llm.md)."
-        },
-    )
     aer_step: str = field(
         default="sign",
         metadata={
@@ -215,16 +204,6 @@ class AERGRPOConfig(GRPOConfig):
             "help": "The bonus saturates at aer_bonus_cap × H*: the objective's entropy term is λ_i·min(H_i, "
             "aer_bonus_cap·H*), so a completion whose entropy is above the cap gets no push (ours, method aer_cap "
             "sets 1.0, docs/methods.md). None: λ_i·H_i (the paper)."
-        },
-    )
-    aer_bonus_top_k: int | None = field(
-        default=None,
-        metadata={
-            "help": "The bonus on a truncated support: each token's entropy in H_i is taken over its distribution "
-            "renormalised to the aer_bonus_top_k largest logits (at most ln k nats), so the bonus cannot push "
-            "probability into the vocabulary's tail (ours, AEnt's clamped entropy; method aer_topk sets 20, "
-            "docs/methods.md). The trainer then reads the logits (TRL's fused head never makes them): more memory "
-            "per micro-batch. The controller's H_t stays the full entropy. None: the full entropy (the paper)."
         },
     )
     aer_bonus_quantile: float = field(

@@ -21,7 +21,6 @@ __all__ = [
     "STEPS",
     "sequence_entropy",
     "capped_entropy",
-    "truncated_entropy",
     "AERController",
 ]
 
@@ -181,26 +180,6 @@ def capped_entropy(seq_entropy: torch.Tensor, cap: float | None) -> torch.Tensor
     return torch.clamp(seq_entropy, max=float(cap))
 
 
-def truncated_entropy(logits: torch.Tensor, top_k: int) -> torch.Tensor:
-    """Each position's entropy over its truncated support (ours, method ``aer_topk``; AEnt's clamped entropy): the
-    distribution renormalised over its ``top_k`` largest logits, the rest masked. The bonus raised on it reshapes
-    probability among the tokens the policy already ranks highest and has no gradient into the vocabulary's tail, so
-    it cannot buy entropy by spreading mass over tokens nobody samples on purpose.
-
-    Args:
-        logits: (..., V) logits (temperature already applied); they may carry gradient.
-        top_k: how many of the largest logits form the support (>= 1; more than V means all of them).
-
-    Returns:
-        (...) entropies in nats, at most ln(top_k).
-    """
-    if int(top_k) != top_k or top_k < 1:
-        raise ValueError(f"top_k must be an integer >= 1, got {top_k}")
-    top = logits.topk(min(int(top_k), logits.size(-1)), dim=-1).values.float()
-    logp = torch.log_softmax(top, dim=-1)
-    return -(logp.exp() * logp).sum(-1).to(logits.dtype)
-
-
 @dataclass
 class AERController:
     """Holds the global coefficient α, the initial entropy H0 and the target H* (C2 + C3).
@@ -248,7 +227,7 @@ class AERController:
         return self.tau * self.initial_entropy
 
     def anchor(self, entropy: float) -> None:
-        """Sets H0 from a measurement made before the first rollout batch (`AERGRPOConfig.aer_anchor_probe`, ours); the
+        """Sets H0 from a measurement made before the first rollout batch (the research bench's anchor probe); the
         rollout batches then only steer α. A second anchor, or one after H0 is known, is an error."""
         entropy = float(entropy)
         if not math.isfinite(entropy) or entropy <= 0:

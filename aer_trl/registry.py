@@ -59,6 +59,8 @@ class Method:
     - `configure(config)`: anything else the method checks or derives; raise ValueError naming the field.
     - `token_hook`: per-token advantages handed to TRL's loss (needs a token-level loss; see `TokenBatch`).
     - `trl_entropy`: whether TRL's own entropy options (`entropy_coef`, `use_adaptive_entropy`) may be combined.
+    - `trainer`: a class the trainer must be an instance of (an extension's method whose trainer adds what it
+      needs, e.g. a mixin); `AERGRPOTrainer` refuses the method otherwise. None: any `AERGRPOTrainer`.
     - `recipe`, `lab_recipe`: keys `recipes/make_recipes.py` appends to the paper-scale / laptop-lab recipe;
       `recipe_note`: a comment line for the generated recipe.
     """
@@ -72,6 +74,7 @@ class Method:
     configure: Callable[[Any], None] | None = None
     token_hook: TokenHook | None = None
     trl_entropy: bool = True
+    trainer: type | None = None
     recipe: Mapping[str, Any] = field(default_factory=dict)
     lab_recipe: Mapping[str, Any] | None = None  # None: the same keys as `recipe`
     recipe_note: str | None = None
@@ -319,16 +322,6 @@ for _method in (
         "AER-GRPO (ours: bonus capped at H*)",
         aer=True,
         defaults={"aer_adaptive": True, "aer_difficulty_aware": True, "aer_bonus_cap": 1.0},
-        trl_entropy=False,
-    ),
-    Method(
-        "aer_topk",
-        "AER with the bonus on a truncated support: each token's entropy over its top aer_bonus_top_k (default 20) "
-        "logits renormalised, no push into the vocabulary's tail (AEnt's clamped entropy); ours, not the paper's "
-        "(docs/methods.md)",
-        "AER-GRPO (ours: bonus on a truncated support)",
-        aer=True,
-        defaults={"aer_adaptive": True, "aer_difficulty_aware": True, "aer_bonus_top_k": 20},
         trl_entropy=False,
     ),
     Method(

@@ -36,11 +36,9 @@ from .controller import (
     sequence_entropy,
 )
 from .metrics import MetricsFileCallback
-from .probe import AnchorProbeMixin
 from .registry import TokenBatch, get_method
 from .resume import ResumeMixin, ScheduleResumeCallback
 from .rewards import resolve_correctness_index
-from .truncated_support import TruncatedSupportMixin
 from .vllm_support import colocate_on_cpu, colocated_engine_settings, prepare_vllm_on_cpu
 
 logger = logging.getLogger(__name__)
@@ -56,23 +54,13 @@ class RolloutCapture:
 @dataclass
 class LossCapture:
     """What one loss forward hands back to AER beside TRL's loss: the per-token entropies TRL's fused head computed
-    (with gradient) and, for `aer_bonus_top_k`, the truncated ones (`top_k_parts`, one per forward chunk). `inputs`:
-    the batch TRL's loss reads, for a method's per-token hook."""
+    (with gradient). `inputs`: the batch TRL's loss reads, for a method's per-token hook."""
 
     inputs: dict | None = None
     entropies: torch.Tensor | None = None
-    top_k_parts: list | None = None
-
-    @property
-    def bonus_entropies(self) -> torch.Tensor | None:
-        if self.top_k_parts is None:
-            return None
-        if not self.top_k_parts:
-            raise RuntimeError("aer_bonus_top_k: the log-prob forward produced no truncated entropies")
-        return torch.cat(self.top_k_parts)
 
 
-class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOTrainer):
+class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
     """GRPO with Adaptive Entropy Regularization. Same constructor as `trl.GRPOTrainer`; `args` is an `AERGRPOConfig`
     (a plain `trl.GRPOConfig` is converted, the AER fields at their defaults)."""
 
@@ -114,6 +102,12 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
             raise TypeError(
                 "AERGRPOTrainer needs `args` to be an aer_trl.AERGRPOConfig or a trl.GRPOConfig, got "
                 f"{type(args).__name__}"
+            )
+        needs = get_method(args.method).trainer
+        if needs is not None and not isinstance(self, needs):
+            raise TypeError(
+                f"method={args.method!r} trains with a trainer that includes {needs.__module__}.{needs.__name__} (an "
+                f"extension's method), not {type(self).__name__}"
             )
         callbacks = list(callbacks or [])
         if not any(isinstance(cb, ScheduleResumeCallback) for cb in callbacks):
@@ -197,15 +191,6 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        if (
-            self.args.aer_anchor_probe
-            and self.model.training
-            and self.aer_callback.initial_entropy is None
-            and not self.aer_callback.controller.anchor_entropies
-        ):
-            probe = self._aer_probe_entropy()
-            self.aer_callback.controller.anchor(probe)
-            self._anchor_trl_entropy_target(probe)  # aer_trl_target_ratio anchors at the same H0
         with self._capturing("_rollout_capture", RolloutCapture()) as capture:
             output = super()._generate_and_score_completions(inputs)
         if not self.args.aer_measurements:
@@ -260,11 +245,15 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
         return logps, entropies, aux_loss
 
     def _logps_forward(self, *args, **kwargs):
-        """The log-prob forward: the truncated-support one while that bonus collects (truncated_support.py), else
-        TRL's. A subclass may route it elsewhere (the research bench's shared-prompt forward does)."""
-        if self._loss_capture is not None and self._loss_capture.top_k_parts is not None:
-            return self._support_logps(*args, **kwargs)
+        """The log-prob forward: TRL's. A subclass may route it elsewhere (the research bench's shared-prompt forward
+        and truncated-support bonus do)."""
         return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+
+    def bonus_entropies(self, entropies: torch.Tensor) -> torch.Tensor:
+        """The per-token entropies (B, T), with gradient, whose completion means H_i AER's bonus raises: those of
+        the full distributions TRL's loss computed (the paper). A subclass may raise others (the research bench's
+        entropy over a truncated support does); the controller's H_t is always measured on `entropies`."""
+        return entropies
 
     def _apply_token_method(self, logps, entropies, inputs: dict):
         """The method's per-token hook (Ent-Adv, Clip-Cov, KL-Cov, or a registered one): TRL's loss reads
@@ -292,12 +281,9 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)  # TRL's loss, untouched
         if hook:
             inputs = dict(inputs)  # a shallow copy: the buffered rollout batch is left as it was
-        capture = LossCapture(
-            inputs=inputs if hook else None, top_k_parts=[] if self.args.aer_bonus_top_k is not None else None
-        )
-        with self._capturing("_loss_capture", capture):
+        with self._capturing("_loss_capture", LossCapture(inputs=inputs if hook else None)) as capture:
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        entropies, bonus_entropies = capture.entropies, capture.bonus_entropies
+        entropies = capture.entropies
         if entropies is None:
             raise RuntimeError("TRL's loss did not compute token entropies; AERGRPOTrainer cannot add its bonus")
 
@@ -306,9 +292,8 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
 
         lam = inputs.get("aer_lambda")
         if lam is not None and bool((lam != 0).any()):  # on the host: no device sync
-            # H_i, with gradient: over the full distributions (the paper) or their top-k supports (aer_bonus_top_k)
-            bonus = entropies if bonus_entropies is None else bonus_entropies
-            seq_entropy = sequence_entropy(bonus, mask, self.args.aer_bonus_quantile)
+            # H_i, with gradient
+            seq_entropy = sequence_entropy(self.bonus_entropies(entropies), mask, self.args.aer_bonus_quantile)
             if self.args.aer_bonus_cap is not None and self.aer_callback.target is not None:
                 seq_entropy = capped_entropy(seq_entropy, self.args.aer_bonus_cap * self.aer_callback.target)
             accumulation_factor = self.current_gradient_accumulation_steps if mode == "train" else 1.0
@@ -356,8 +341,8 @@ class AERGRPOTrainer(TruncatedSupportMixin, ResumeMixin, AnchorProbeMixin, GRPOT
 
     def _anchor_trl_entropy_target(self, entropy: float) -> None:
         """`aer_trl_target_ratio`: TRL's adaptive entropy target = ratio × H0, H0 the first rollout batch's entropy
-        (the anchor AER's controller takes with its defaults) or the `aer_anchor_probe`'s; set once, kept through a
-        resume (the controller's H0 is checkpointed)."""
+        (the anchor AER's controller takes with its defaults) or the one `AERController.anchor` was given; set once,
+        kept through a resume (the controller's H0 is checkpointed)."""
         ratio = self.args.aer_trl_target_ratio
         if ratio is None or getattr(self, "_trl_target_anchored", False) or not math.isfinite(entropy):
             return

@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import aer_bench.training  # noqa: F401  (registers the research bench's methods, for the lab's recipes)
 from aer_trl.registry import get_method, methods
 
 HERE = Path(__file__).resolve().parent

@@ -32,10 +32,6 @@ BASE = dict(output_dir="/tmp/aer-config-test", use_cpu=True, bf16=False, report_
         ({"aer_bonus_quantile": 1.2}, r"aer_bonus_quantile must be in \(0, 1\]"),
         ({"aer_anchor_rollouts": 0}, "aer_anchor_rollouts must be an integer >= 1"),
         ({"aer_anchor_rollouts": 1.5}, "aer_anchor_rollouts must be an integer >= 1"),
-        ({"aer_anchor_probe": -1}, "aer_anchor_probe must be an integer >= 0"),
-        ({"aer_anchor_probe": 2.5}, "aer_anchor_probe must be an integer >= 0"),
-        ({"aer_anchor_probe": 8, "aer_anchor_rollouts": 2}, "two anchors for H0"),
-        ({"aer_anchor_probe": 8, "method": "grpo"}, "aer_anchor_probe measures AER's H0"),
         ({"num_generations": 1}, "num_generations must be >= 2"),
         ({"entropy_coef": 0.01}, "entropy_coef=0.0 and use_adaptive_entropy=False"),
         ({"use_adaptive_entropy": True}, "entropy_coef=0.0 and use_adaptive_entropy=False"),
@@ -51,7 +47,6 @@ def test_defaults_are_the_papers():
     assert (cfg.aer_rho, cfg.aer_tau, cfg.aer_eta, cfg.aer_alpha_init) == (0.2, 0.4, 0.005, 0.0)
     assert cfg.aer_difficulty_aware and cfg.aer_adaptive and cfg.aer_fixed_target is None
     assert cfg.aer_bonus_quantile == 1.0 and cfg.aer_anchor_rollouts == 1  # ours, off unless asked for
-    assert cfg.aer_anchor_probe == 0
 
 
 def test_every_aer_field_has_help():

@@ -312,20 +312,3 @@ def test_controller_pi_step_and_gate():
     restored.observe(0.5)
     c.observe(0.5)
     assert restored.state_dict() == c.state_dict()
-
-
-def test_truncated_entropy_hand_computed_and_no_gradient_into_the_tail():
-    """Method aer_topk (ours, AEnt's clamped entropy): the entropy of the distribution renormalised over the top-k
-    logits. logits (2, 1, 0, -1), k = 2: p = (e²/(e²+e), e/(e²+e)) = (0.7311, 0.2689), H = 0.5822 nats."""
-    from aer_trl.controller import truncated_entropy
-
-    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.0, 0.0, 0.0, 0.0]], requires_grad=True)
-    h = truncated_entropy(logits, 2)
-    torch.testing.assert_close(h, torch.tensor([0.5822, math.log(2)]), atol=1e-4, rtol=0)
-    h.sum().backward()
-    assert logits.grad[0, 2:].abs().sum() == 0  # the tail gets no push
-    assert logits.grad[0, 0] < 0 < logits.grad[0, 1]  # raising H flattens the top two
-    full = -(torch.log_softmax(logits.detach(), -1).exp() * torch.log_softmax(logits.detach(), -1)).sum(-1)
-    torch.testing.assert_close(truncated_entropy(logits.detach(), 10), full)  # k >= V: the full entropy
-    with pytest.raises(ValueError, match="top_k"):
-        truncated_entropy(logits, 0)

@@ -158,16 +158,3 @@ def test_trls_adaptive_entropy_with_its_target_anchored_at_h0(tmp_path, ratio):
     assert losses[0] == losses[1]
     with pytest.raises(ValueError, match="aer_trl_target_ratio anchors"):
         helpers.make_config(tmp_path / "x", method="grpo", aer_trl_target_ratio=0.4)
-
-
-def test_trls_adaptive_entropy_anchored_at_a_probe(tmp_path):
-    """`aer_trl_target_ratio` with `aer_anchor_probe`: TRL's target is ratio × the probe's H0, as AER's H* would be."""
-    args = helpers.make_config(
-        tmp_path, method="skywork", aer_measurements=True, max_steps=2, aer_trl_target_ratio=0.5, aer_anchor_probe=4
-    )
-    trainer = _trainer(AERGRPOTrainer, args)
-    trainer.train()
-    probe = trainer.state.log_history[0]["aer/anchor_probe_entropy"]
-    assert trainer.aer_callback.initial_entropy == pytest.approx(probe)
-    assert trainer.args.entropy_target == pytest.approx(0.5 * probe)
-    assert trainer.aer_callback.controller.history[0]["entropy"] != pytest.approx(probe, abs=1e-7)

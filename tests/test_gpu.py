@@ -51,7 +51,7 @@ def test_truncated_support_bonus_in_bf16_on_cuda(tmp_path, share):
 
     def recording_head(*a, **k):  # the truncated entropies each forward hands to the bonus
         result = head(*a, **k)
-        seen.append(trainer._loss_capture.top_k_parts[-1].detach())
+        seen.append(trainer._support_parts[-1].detach())
         return result
 
     trainer._support_head = recording_head

@@ -1,6 +1,6 @@
 """AERGRPOTrainer on CPU in one process: equivalence with GRPO, the bonus formula, the controller wiring, the
-per-difficulty telemetry. Resuming: test_resume.py; the anchor probe: test_probe.py; top-k bonus:
-test_truncated_support.py."""
+per-difficulty telemetry. Resuming: test_resume.py; the bench's variants through the trainer's seams (the anchor
+probe, the top-k bonus): bench/tests/test_anchor_probe.py, bench/tests/test_truncated_support.py."""
 
 import pytest
 import torch

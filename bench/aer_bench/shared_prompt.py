@@ -131,11 +131,11 @@ class SharedPromptMixin:
             return None
         config = self.accelerator.unwrap_model(model).config  # a DeepSpeed engine's `.config` is its JSON dict
         cache_name = cache_kwarg(model)  # `cache`, or `past_key_values` before transformers renamed it
-        top_k = self._loss_capture is not None and self._loss_capture.top_k_parts is not None
+        top_k = getattr(self, "_support_parts", None) is not None  # the truncated-support bonus collects
         with self.accelerator.autocast():
             cache = prefill(model, unique[:, :width], unique[:, width:], inverse, config=config)
             tail = input_ids[:, width - 1 :]  # the last prompt token, then the completion
-            if top_k:  # the truncated-support bonus (aer_trl/truncated_support.py): the logits, not the fused head
+            if top_k:  # the truncated-support bonus (aer_bench.truncated_support): the logits, not the fused head
                 head = {"use_cache": False}
             else:
                 shift_labels = input_ids[:, width:].masked_fill(attention_mask[:, width:] == 0, -100)

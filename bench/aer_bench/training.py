@@ -15,8 +15,10 @@ from aer_trl.evaluation.args import EvalArguments
 from aer_trl.trainer import AERGRPOTrainer
 from aer_trl.training import AERScriptArguments
 
+from .anchor_probe import AnchorProbeMixin, check_anchor_probe
 from .lab.sources import ArithmeticArguments
 from .shared_prompt import SharedPromptMixin
+from .truncated_support import TruncatedSupportMixin, check_top_k
 
 
 @dataclass
@@ -26,7 +28,30 @@ class BenchScriptArguments(AERScriptArguments, ArithmeticArguments):
 
 @dataclass
 class BenchConfig(AERGRPOConfig):
-    """`AERGRPOConfig` plus the bench's CPU speed-ups (`aer_bench.shared_prompt`)."""
+    """`AERGRPOConfig` plus the bench's research variants (`aer_bench.anchor_probe`, `aer_bench.truncated_support`)
+    and CPU speed-ups (`aer_bench.shared_prompt`)."""
+
+    aer_anchor_probe: int = field(
+        default=0,
+        metadata={
+            "help": "C2's anchor H0 from a probe before step 1 (ours, not the paper's): the untrained policy samples "
+            "num_generations completions for each of aer_anchor_probe training prompts (drawn with the run's seed) "
+            "and H0 is their token-weighted entropy; the probe trains nothing and logs only aer/anchor_probe_entropy. "
+            "0: H0 from the rollout batches (aer_anchor_rollouts; the paper: the first one). A probe of more prompts "
+            "than a rollout batch has steadies H* without measuring it on a policy that is already collapsing "
+            "(docs/real_llm.md)."
+        },
+    )
+    aer_bonus_top_k: int | None = field(
+        default=None,
+        metadata={
+            "help": "The bonus on a truncated support: each token's entropy in H_i is taken over its distribution "
+            "renormalised to the aer_bonus_top_k largest logits (at most ln k nats), so the bonus cannot push "
+            "probability into the vocabulary's tail (ours, AEnt's clamped entropy; method aer_topk sets 20, "
+            "docs/methods.md). The trainer then reads the logits (TRL's fused head never makes them): more memory "
+            "per micro-batch. The controller's H_t stays the full entropy. None: the full entropy (the paper)."
+        },
+    )
 
     share_prompt_forward: bool = field(
         default=False,
@@ -47,9 +72,15 @@ class BenchConfig(AERGRPOConfig):
         },
     )
 
+    def __post_init__(self):
+        super().__post_init__()
+        check_top_k(self.aer_bonus_top_k)
+        check_anchor_probe(self)
 
-class BenchGRPOTrainer(SharedPromptMixin, AERGRPOTrainer):
-    """`AERGRPOTrainer` with the shared-prompt forward and rollouts (`BenchConfig.share_prompt_*`)."""
+
+class BenchGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, AnchorProbeMixin, AERGRPOTrainer):
+    """`AERGRPOTrainer` with the bench's variants (the anchor probe, the truncated-support bonus) and the
+    shared-prompt forward and rollouts (`BenchConfig.share_prompt_*`)."""
 
 
 @dataclass

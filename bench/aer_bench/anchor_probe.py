@@ -1,4 +1,6 @@
-"""`aer_anchor_probe` (ours): H0 measured on the untrained policy before step 1, a mixin over TRL's GRPOTrainer."""
+"""`aer_anchor_probe` (ours): H0 measured on the untrained policy before step 1, a research variant the bench trains
+through the library's seams: `BenchConfig.aer_anchor_probe` and this mixin in `BenchGRPOTrainer`, which anchors the
+library's controller (`AERController.anchor`) before the first rollout batch is generated."""
 
 from __future__ import annotations
 
@@ -9,12 +11,37 @@ import torch
 logger = logging.getLogger(__name__)
 
 
+def check_anchor_probe(config) -> None:
+    """`aer_anchor_probe`: an integer >= 0 of prompts, one anchor for H0, on an AER-measured run."""
+    probe = config.aer_anchor_probe
+    if isinstance(probe, bool) or int(probe) != probe or probe < 0:
+        raise ValueError(f"aer_anchor_probe must be an integer >= 0 (prompts), got {probe}")
+    if probe and config.aer_anchor_rollouts != 1:
+        raise ValueError(
+            f"aer_anchor_probe ({probe}) and aer_anchor_rollouts ({config.aer_anchor_rollouts}) are two anchors for "
+            "H0: set one"
+        )
+    if probe and not config.aer_measurements:
+        raise ValueError("aer_anchor_probe measures AER's H0: it needs aer_measurements (an AER method)")
+
+
 class AnchorProbeMixin:
-    def _aer_probe_entropy(self) -> float:
-        """`aer_anchor_probe`: H0 as the token-weighted entropy of the untrained policy's completions to
-        aer_anchor_probe training prompts (num_generations each, drawn with the run's seed, split over processes),
-        sampled and scored as TRL samples and scores a rollout batch. Trains nothing; TRL's rollout metrics and token
-        count are left as they were, so step 1 logs what it would without the probe."""
+    def training_step(self, model, inputs, num_items_in_batch):
+        """Before the first rollout batch is generated (TRL generates inside `training_step`), H0 from the probe;
+        never again, nor on a resumed run whose controller state holds H0."""
+        if self.args.aer_anchor_probe:
+            controller = self.aer_callback.controller
+            if controller.initial_entropy is None and not controller.anchor_entropies:
+                probe = self._probe_entropy()
+                controller.anchor(probe)
+                self._anchor_trl_entropy_target(probe)  # aer_trl_target_ratio anchors at the same H0
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def _probe_entropy(self) -> float:
+        """H0 as the token-weighted entropy of the untrained policy's completions to aer_anchor_probe training
+        prompts (num_generations each, drawn with the run's seed, split over processes), sampled and scored as TRL
+        samples and scores a rollout batch. Trains nothing; TRL's rollout metrics and token count are left as they
+        were, so step 1 logs what it would without the probe."""
         from trl.trainer.utils import pad
 
         n_prompts, dataset = self.args.aer_anchor_probe, self.train_dataset
