@@ -29,36 +29,29 @@ class AERCallback(TrainerCallback, ExportableState):
         fixed_target: float | None = None,
         adaptive: bool = True,
         anchor_rollouts: int = 1,
-        step: str = "sign",
-        kp: float = 0.1,
-        ki: float = 0.02,
-        gate: bool = False,
+        controller: AERController | None = None,
     ):
-        self.controller = AERController(
-            tau=tau,
-            eta=eta,
-            alpha=alpha_init,
-            alpha_max=alpha_max,
-            fixed_target=fixed_target,
-            adaptive=adaptive,
-            anchor_rollouts=anchor_rollouts,
-            step=step,
-            kp=kp,
-            ki=ki,
-            gate=gate,
-        )
+        """The controller's settings, or a `controller` built elsewhere (a subclass of `AERController`: the research
+        bench's `SteppedController`), whose settings are then the ones saved."""
+        if controller is None:
+            controller = AERController(
+                tau=tau,
+                eta=eta,
+                alpha=alpha_init,
+                alpha_max=alpha_max,
+                fixed_target=fixed_target,
+                adaptive=adaptive,
+                anchor_rollouts=anchor_rollouts,
+            )
+        self.controller = controller
         self._init_args = {
-            "tau": tau,
-            "eta": eta,
-            "alpha_init": alpha_init,
-            "alpha_max": alpha_max,
-            "fixed_target": fixed_target,
-            "adaptive": adaptive,
-            "anchor_rollouts": anchor_rollouts,
-            "step": step,
-            "kp": kp,
-            "ki": ki,
-            "gate": gate,
+            "tau": controller.tau,
+            "eta": controller.eta,
+            "alpha_init": controller.alpha,
+            "alpha_max": controller.alpha_max,
+            "fixed_target": controller.fixed_target,
+            "adaptive": controller.adaptive,
+            "anchor_rollouts": controller.anchor_rollouts,
         }
         self.pending_entropy: float | None = None
         # the run's settings (`run_settings`), set by the trainer and saved with the state, so that a resume
@@ -75,16 +68,12 @@ class AERCallback(TrainerCallback, ExportableState):
             fixed_target=args.aer_fixed_target,
             adaptive=args.aer_adaptive,
             anchor_rollouts=getattr(args, "aer_anchor_rollouts", 1),
-            step=getattr(args, "aer_step", "sign"),
-            kp=getattr(args, "aer_pi_kp", 0.1),
-            ki=getattr(args, "aer_pi_ki", 0.02),
-            gate=getattr(args, "aer_gate", False),
         )
 
     # -- read by the trainer ------------------------------------------------------------------------------------
     @property
     def alpha(self) -> float:
-        """The α the trainer applies: the controller's, or 0 while its gate is shut (`aer_gate`)."""
+        """The α the trainer applies (the controller's `applied_alpha`)."""
         return self.controller.applied_alpha
 
     @property

@@ -172,32 +172,6 @@ class AERGRPOConfig(GRPOConfig):
             "steadies H* when a rollout batch has few prompts (docs/real_llm.md)."
         },
     )
-    aer_step: str = field(
-        default="sign",
-        metadata={
-            "help": "C3's step. 'sign': α_{t+1} = [α_t + η·sgn(H* − H_t)]_+ (the paper). 'proportional': "
-            "α_{t+1} = [α_t + η·(H* − H_t)/H*]_+, at most η up below the target and down in proportion to the "
-            "overshoot above it (ours, method aer_prop, docs/methods.md). 'pi': α_t = clip(kp·e_t + ki·Σe, 0, "
-            "aer_alpha_max) with e_t = (H* − H_t)/H* and a frozen integral while saturated (ours, method aer_pi; "
-            "aer_pi_kp, aer_pi_ki; aer_eta unused)."
-        },
-    )
-    aer_pi_kp: float = field(
-        default=0.1,
-        metadata={"help": "Proportional gain of aer_step='pi' (α per unit of relative entropy error)."},
-    )
-    aer_pi_ki: float = field(
-        default=0.02,
-        metadata={"help": "Integral gain of aer_step='pi' (α per unit of accumulated relative error)."},
-    )
-    aer_gate: bool = field(
-        default=False,
-        metadata={
-            "help": "No entropy bonus for a rollout batch while the last measured entropy is at or above H* (α "
-            "applied = 0; the controller's own α moves on). Skywork-OR1's and TRL's adaptive-entropy safeguard; "
-            "ours for AER, method aer_pi sets it (docs/methods.md)."
-        },
-    )
     aer_bonus_cap: float | None = field(
         default=None,
         metadata={

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-from .controller import STEPS
 from .registry import TOKEN_LEVEL_LOSSES, get_method, methods
 
 
@@ -35,11 +34,6 @@ def validate_aer(self) -> None:
         raise ValueError(
             f"aer_alpha_max must be >= aer_alpha_init ({self.aer_alpha_init}) or None, got {self.aer_alpha_max}"
         )
-    if self.aer_step not in STEPS:
-        raise ValueError(f"aer_step must be one of {STEPS}, got {self.aer_step!r}")
-    for name in ("aer_pi_kp", "aer_pi_ki"):
-        if finite(name, getattr(self, name)) < 0:
-            raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
     if self.aer_bonus_cap is not None and finite("aer_bonus_cap", self.aer_bonus_cap) <= 0:
         raise ValueError(f"aer_bonus_cap must be > 0 or None, got {self.aer_bonus_cap}")
     if not 0 < finite("aer_bonus_quantile", self.aer_bonus_quantile) <= 1:

@@ -17,8 +17,6 @@ __all__ = [
     "difficulty_coefficients",
     "sign",
     "update_alpha",
-    "pi_step",
-    "STEPS",
     "sequence_entropy",
     "capped_entropy",
     "AERController",
@@ -92,58 +90,12 @@ def sign(x: float) -> int:
     return (x > 0) - (x < 0)
 
 
-STEPS = ("sign", "proportional", "pi")
-
-
-def update_alpha(
-    alpha: float,
-    entropy: float,
-    target: float,
-    eta: float,
-    alpha_max: float | None = None,
-    step: str = "sign",
-) -> float:
-    """C3: α_{t+1} = max(0, α_t + η·sgn(H* − H_t)) (the paper, ``step="sign"``), optionally clamped above at
-    ``alpha_max``.
-
-    ``step="proportional"`` (ours, method ``aer_prop``, docs/methods.md): α_{t+1} = max(0, α_t + η·(H* − H_t)/H*).
-    Below the target α rises by at most η per iteration, less as H_t nears H*; above it α falls in proportion to
-    the overshoot (H_t = 3·H* takes 2η off), so an entropy that starts to run away is braked within a few
-    iterations instead of η at a time."""
-    if step == "sign":
-        delta = sign(target - entropy)
-    elif step == "proportional":
-        if not target > 0:
-            raise ValueError(f"a proportional step needs a target entropy H* > 0, got {target}")
-        delta = (target - entropy) / target
-    else:
-        raise ValueError(f"step must be one of {STEPS}, got {step!r}")
-    new = max(0.0, alpha + eta * delta)
+def update_alpha(alpha: float, entropy: float, target: float, eta: float, alpha_max: float | None = None) -> float:
+    """C3: α_{t+1} = max(0, α_t + η·sgn(H* − H_t)), optionally clamped above at ``alpha_max``."""
+    new = max(0.0, alpha + eta * sign(target - entropy))
     if alpha_max is not None:
         new = min(new, alpha_max)
     return new
-
-
-def pi_step(
-    integral: float, entropy: float, target: float, kp: float, ki: float, alpha_max: float | None = None
-) -> tuple[float, float]:
-    """A PI controller on the relative entropy error (ours, method ``aer_pi``; EntroPIC's form, docs/methods.md):
-    e_t = (H* − H_t)/H*, I_t = I_{t−1} + e_t, α_t = clip(kp·e_t + ki·I_t, 0, alpha_max).
-
-    The integral removes the steady offset a proportional or sign step leaves; anti-windup by conditional
-    integration: while the output is saturated (below 0, or above ``alpha_max``) and the error pushes it further
-    out, the integral is frozen, so α leaves a bound as soon as the error turns instead of unwinding a backlog.
-
-    Returns (α_t, I_t)."""
-    if not target > 0:
-        raise ValueError(f"a PI step needs a target entropy H* > 0, got {target}")
-    error = (target - entropy) / target
-    high = math.inf if alpha_max is None else float(alpha_max)
-    candidate = integral + error
-    raw = kp * error + ki * candidate
-    if (raw > high and error > 0) or (raw < 0 and error < 0):
-        candidate = integral
-    return min(max(kp * error + ki * candidate, 0.0), high), candidate
 
 
 def sequence_entropy(entropies: torch.Tensor, mask: torch.Tensor, quantile: float = 1.0) -> torch.Tensor:
@@ -201,12 +153,6 @@ class AERController:
     adaptive: bool = True
     initial_entropy: float | None = None
     anchor_rollouts: int = 1
-    step: str = "sign"
-    kp: float = 0.1  # the PI step's gains (step="pi")
-    ki: float = 0.02
-    gate: bool = False  # no bonus while the last measured entropy is at or above H* (`applied_alpha` = 0)
-    integral: float = 0.0
-    gated: bool = False
     anchor_entropies: list = field(default_factory=list)
     iteration: int = 0
     history: list = field(default_factory=list)
@@ -214,8 +160,6 @@ class AERController:
     def __post_init__(self):
         if int(self.anchor_rollouts) != self.anchor_rollouts or self.anchor_rollouts < 1:
             raise ValueError(f"anchor_rollouts must be an integer >= 1, got {self.anchor_rollouts}")
-        if self.step not in STEPS:
-            raise ValueError(f"step must be one of {STEPS}, got {self.step!r}")
 
     @property
     def target(self) -> float | None:
@@ -246,26 +190,20 @@ class AERController:
             if len(self.anchor_entropies) >= self.anchor_rollouts:
                 self.initial_entropy = sum(self.anchor_entropies) / len(self.anchor_entropies)
         if self.adaptive and self.target is not None:
-            if self.step == "pi":
-                self.alpha, self.integral = pi_step(
-                    self.integral, entropy, self.target, self.kp, self.ki, self.alpha_max
-                )
-            else:
-                self.alpha = update_alpha(self.alpha, entropy, self.target, self.eta, self.alpha_max, self.step)
-        if self.gate and self.target is not None:
-            self.gated = entropy >= self.target
+            self.update(entropy)
         self.iteration += 1
-        record = {"iteration": self.iteration, "entropy": entropy, "alpha": self.alpha}
-        if self.gate:
-            record["applied_alpha"] = self.applied_alpha
-        self.history.append(record)
+        self.history.append({"iteration": self.iteration, "entropy": entropy, "alpha": self.alpha})
         return self.alpha
+
+    def update(self, entropy: float) -> None:
+        """C3's step on α from the measured entropy, once H* is known (a subclass may step otherwise: the research
+        bench's `SteppedController`)."""
+        self.alpha = update_alpha(self.alpha, entropy, self.target, self.eta, self.alpha_max)
 
     @property
     def applied_alpha(self) -> float:
-        """The α the next rollout batch trains with: α, or 0 while the gate is shut (``gate`` and the last
-        measured entropy at or above H*; Skywork-OR1's and TRL's adaptive-entropy safeguard)."""
-        return 0.0 if self.gated else self.alpha
+        """The α the next rollout batch trains with (a subclass may withhold it: the bench's gate)."""
+        return self.alpha
 
     def state_dict(self) -> dict:
         return {
@@ -274,8 +212,6 @@ class AERController:
             "anchor_entropies": list(self.anchor_entropies),
             "iteration": self.iteration,
             "history": list(self.history),
-            "integral": self.integral,
-            "gated": self.gated,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -284,5 +220,3 @@ class AERController:
         self.anchor_entropies = [float(h) for h in state.get("anchor_entropies", [])]
         self.iteration = int(state.get("iteration", 0))
         self.history = list(state.get("history", []))
-        self.integral = float(state.get("integral", 0.0))
-        self.gated = bool(state.get("gated", False))

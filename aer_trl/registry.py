@@ -295,27 +295,6 @@ for _method in (
         trl_entropy=False,
     ),
     Method(
-        "aer_prop",
-        "AER with a proportional C3 step: α_{t+1} = [α_t + η·(H* − H_t)/H*]_+, braking an overshoot in proportion "
-        "to it (aer_step='proportional'); ours, not the paper's (docs/methods.md)",
-        "AER-GRPO (ours: proportional step)",
-        aer=True,
-        sets={"aer_step": "proportional"},
-        defaults={"aer_adaptive": True, "aer_difficulty_aware": True},
-        trl_entropy=False,
-    ),
-    Method(
-        "aer_pi",
-        "AER with a PI controller on the relative entropy error, α = clip(kp·e + ki·Σe, 0, α_max) with anti-windup "
-        "(aer_step='pi'), and the bonus gated off while the entropy is at or above H* (aer_gate); ours, not the "
-        "paper's (docs/methods.md)",
-        "AER-GRPO (ours: PI controller, gated)",
-        aer=True,
-        sets={"aer_step": "pi"},
-        defaults={"aer_adaptive": True, "aer_difficulty_aware": True, "aer_gate": True},
-        trl_entropy=False,
-    ),
-    Method(
         "aer_cap",
         "AER with the bonus saturating at the target: λ_i·min(H_i, H*), no push on a completion already above H* "
         "(aer_bonus_cap=1.0); ours, not the paper's (docs/methods.md)",

@@ -58,11 +58,11 @@ def test_from_args_reads_the_config_fields(tmp_path):
     config = AERGRPOConfig(
         output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[],
         aer_tau=0.3, aer_eta=0.02, aer_alpha_init=0.01, aer_alpha_max=0.2, aer_fixed_target=0.9,
-        aer_anchor_rollouts=2, aer_step="pi", aer_pi_kp=0.3, aer_pi_ki=0.05, aer_gate=True,
+        aer_anchor_rollouts=2,
     )  # fmt: skip
     assert AERCallback.from_args(config).state()["args"] == {
         "tau": 0.3, "eta": 0.02, "alpha_init": 0.01, "alpha_max": 0.2, "fixed_target": 0.9, "adaptive": True,
-        "anchor_rollouts": 2, "step": "pi", "kp": 0.3, "ki": 0.05, "gate": True,
+        "anchor_rollouts": 2,
     }  # fmt: skip
 
 

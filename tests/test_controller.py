@@ -10,7 +10,6 @@ from aer_trl.controller import (
     difficulty_coefficients,
     group_accuracy,
     hard_mask,
-    pi_step,
     sequence_entropy,
     sign,
     update_alpha,
@@ -94,29 +93,6 @@ def test_update_alpha_up_down_hold_and_clamps():
     assert update_alpha(0.01, entropy=0.6, target=0.4, eta=0.05) == 0.0  # clamped at 0
     assert update_alpha(0.0, entropy=0.6, target=0.4, eta=0.05) == 0.0
     assert update_alpha(0.19, entropy=0.1, target=0.4, eta=0.05, alpha_max=0.2) == 0.2  # upper clamp
-
-
-def test_update_alpha_proportional_step_hand_computed():
-    # α + η·(H* − H)/H*: below the target at most η up, less near it; above it down in proportion to the overshoot
-    assert update_alpha(0.1, entropy=0.1, target=0.4, eta=0.05, step="proportional") == pytest.approx(0.1375)
-    assert update_alpha(0.1, entropy=0.0, target=0.4, eta=0.05, step="proportional") == pytest.approx(0.15)
-    assert update_alpha(0.1, entropy=0.4, target=0.4, eta=0.05, step="proportional") == pytest.approx(0.1)
-    assert update_alpha(0.3, entropy=1.2, target=0.4, eta=0.05, step="proportional") == pytest.approx(0.2)
-    assert update_alpha(0.1, entropy=1.6, target=0.4, eta=0.05, step="proportional") == 0.0  # clamped at 0
-    assert update_alpha(0.19, entropy=0.0, target=0.4, eta=0.05, alpha_max=0.2, step="proportional") == 0.2
-    with pytest.raises(ValueError, match="H\\* > 0"):
-        update_alpha(0.1, entropy=0.1, target=0.0, eta=0.05, step="proportional")
-    with pytest.raises(ValueError, match="step must be one of"):
-        update_alpha(0.1, entropy=0.1, target=0.4, eta=0.05, step="pid")
-
-
-def test_controller_with_a_proportional_step():
-    ctrl = AERController(tau=0.5, eta=0.1, step="proportional")
-    ctrl.observe(2.0)  # H0 = 2, H* = 1; α = max(0, 0 + 0.1·(1 − 2)/1) = 0
-    assert ctrl.observe(0.5) == pytest.approx(0.05)
-    assert ctrl.observe(3.0) == pytest.approx(0.0)  # overshoot 3·H* takes 2η off: clamped at 0
-    with pytest.raises(ValueError, match="step must be one of"):
-        AERController(step="pid")
 
 
 def test_controller_anchors_h0_then_tracks_target():
@@ -255,60 +231,3 @@ def test_a_probe_anchors_h0_before_the_first_rollout_batch():
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="anchor entropy"):
             AERController().anchor(bad)
-
-
-def test_pi_step_hand_computed():
-    # H* = 1: e = 0.5, I = 0 + 0.5, α = 0.1·0.5 + 0.02·0.5 = 0.06
-    assert pi_step(0.0, 0.5, 1.0, kp=0.1, ki=0.02) == pytest.approx((0.06, 0.5))
-    # then the entropy overshoots to 1.5: e = −0.5, I = 0.0, α = −0.05 → clipped to 0; the error pushes further below
-    # 0, so the integral is frozen at 0.5
-    assert pi_step(0.5, 1.5, 1.0, kp=0.1, ki=0.02) == pytest.approx((0.0, 0.5))
-    # the integral alone holds α at the level that removed the error: e = 0 → α = ki·I
-    assert pi_step(10.0, 1.0, 1.0, kp=0.1, ki=0.02) == pytest.approx((0.2, 10.0))
-    with pytest.raises(ValueError, match="H\\* > 0"):
-        pi_step(0.0, 0.5, 0.0, kp=0.1, ki=0.02)
-
-
-def test_pi_step_does_not_wind_up_past_alpha_max():
-    """Below the target for 100 iterations with α clamped at 0.3: the integral stops growing once α saturates, so one
-    iteration above the target brings α off the clamp at once (a wound-up integral would hold it there for ~100)."""
-    alpha, integral = 0.0, 0.0
-    for _ in range(100):
-        alpha, integral = pi_step(integral, 0.5, 1.0, kp=0.1, ki=0.02, alpha_max=0.3)
-    assert alpha == pytest.approx(0.3) and integral < 0.3 / 0.02 + 1  # not 100 × 0.5 = 50
-    alpha, integral = pi_step(integral, 1.2, 1.0, kp=0.1, ki=0.02, alpha_max=0.3)  # e = −0.2
-    assert alpha < 0.3
-
-
-def test_pi_has_no_steady_offset_where_a_proportional_step_does():
-    """A plant whose entropy is H = 0.5 + α (H* = 1 is held at α = 0.5): the PI loop settles on H*; a purely
-    proportional law (ki = 0) settles where kp·e = α, below H*."""
-
-    def settle(kp, ki):
-        alpha, integral, h = 0.0, 0.0, 0.5
-        for _ in range(500):
-            alpha, integral = pi_step(integral, h, 1.0, kp=kp, ki=ki)
-            h = 0.5 + alpha
-        return h
-
-    assert settle(0.1, 0.02) == pytest.approx(1.0, abs=1e-3)
-    assert settle(0.1, 0.0) < 0.6
-
-
-def test_controller_pi_step_and_gate():
-    c = AERController(tau=0.5, step="pi", kp=0.1, ki=0.02, gate=True)
-    c.observe(2.0)  # H0 = 2, H* = 1; e = −1: α clipped at 0, integral frozen; H ≥ H*: gate shut
-    assert (c.alpha, c.integral, c.gated, c.applied_alpha) == (0.0, 0.0, True, 0.0)
-    c.observe(0.5)  # e = 0.5: α = 0.06, gate open
-    assert c.alpha == pytest.approx(0.06) and not c.gated and c.applied_alpha == pytest.approx(0.06)
-    c.observe(0.75)  # e = 0.25, I = 0.75: α = 0.025 + 0.015
-    assert c.alpha == pytest.approx(0.04) and c.applied_alpha == pytest.approx(0.04)
-    c.observe(1.0)  # at the target: α = ki·I = 0.015, but the gate shuts (H ≥ H*)
-    assert c.alpha == pytest.approx(0.015) and c.gated and c.applied_alpha == 0.0
-    assert [h["applied_alpha"] for h in c.history] == pytest.approx([0.0, 0.06, 0.04, 0.0])
-    restored = AERController(tau=0.5, step="pi", kp=0.1, ki=0.02, gate=True)
-    restored.load_state_dict(c.state_dict())
-    assert (restored.integral, restored.gated, restored.applied_alpha) == (c.integral, True, 0.0)
-    restored.observe(0.5)
-    c.observe(0.5)
-    assert restored.state_dict() == c.state_dict()

@@ -124,40 +124,6 @@ def test_alpha_rises_below_target_and_falls_but_not_below_zero_above(tmp_path, t
     assert alphas(down) == pytest.approx([0.015, 0.005, 0.0, 0.0])
 
 
-def test_method_aer_prop_moves_alpha_by_the_proportional_step_in_training(tmp_path, tokenizer):
-    """Ours (method aer_prop): α_{t+1} = [α_t + η·(H* − H_t)/H*]_+ from the entropies the trainer measured."""
-    trainer = train_aer(tmp_path, tokenizer, method="aer_prop", aer_fixed_target=5.0, aer_eta=0.01, max_steps=4)
-    assert trainer.args.aer_step == "proportional"
-    measured = [h["entropy"] for h in trainer.aer_callback.controller.history]
-    expected, alpha = [], 0.0
-    for h in measured:
-        alpha = max(0.0, alpha + 0.01 * (5.0 - h) / 5.0)
-        expected.append(alpha)
-    assert alphas(trainer) == pytest.approx(expected, rel=1e-9)
-    assert len(set(alphas(trainer))) == 4 and alphas(trainer) != pytest.approx([0.01, 0.02, 0.03, 0.04])
-
-
-def test_method_aer_pi_steers_alpha_by_the_pi_law_and_the_gate_zeroes_the_applied_alpha(tmp_path, tokenizer):
-    """Ours (method aer_pi): α_t = clip(kp·e_t + ki·Σe, 0, α_max) from the entropies the trainer measured, and the
-    α the loss applies (logged aer/alpha) is 0 after a batch at or above H*."""
-    from aer_trl.controller import pi_step
-
-    trainer = train_aer(tmp_path, tokenizer, method="aer_pi", aer_fixed_target=5.0, max_steps=4)
-    assert trainer.args.aer_step == "pi" and trainer.args.aer_gate
-    measured = [h["entropy"] for h in trainer.aer_callback.controller.history]
-    expected, integral = [], 0.0
-    for h in measured:
-        alpha, integral = pi_step(integral, h, 5.0, kp=0.1, ki=0.02)
-        expected.append(alpha)
-    assert alphas(trainer) == pytest.approx(expected, rel=1e-9) and all(a > 0 for a in expected)
-    logged = [r["aer/alpha"] for r in trainer.state.log_history if "aer/alpha" in r and "train_runtime" not in r]
-    assert logged == pytest.approx(expected)  # logged after step t's update: the α step t + 1 trains with
-
-    shut = train_aer(tmp_path / "gate", tokenizer, method="aer_pi", aer_fixed_target=1e-3, max_steps=3)
-    assert [h["applied_alpha"] for h in shut.aer_callback.controller.history] == [0.0, 0.0, 0.0]
-    assert shut.aer_callback.alpha == 0.0
-
-
 @pytest.mark.parametrize(
     ("overrides", "steps", "iterations"),
     [

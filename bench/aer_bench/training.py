@@ -16,6 +16,7 @@ from aer_trl.trainer import AERGRPOTrainer
 from aer_trl.training import AERScriptArguments
 
 from .anchor_probe import AnchorProbeMixin, check_anchor_probe
+from .controller_steps import SteppedControllerMixin, check_steps
 from .lab.sources import ArithmeticArguments
 from .shared_prompt import SharedPromptMixin
 from .truncated_support import TruncatedSupportMixin, check_top_k
@@ -28,8 +29,8 @@ class BenchScriptArguments(AERScriptArguments, ArithmeticArguments):
 
 @dataclass
 class BenchConfig(AERGRPOConfig):
-    """`AERGRPOConfig` plus the bench's research variants (`aer_bench.anchor_probe`, `aer_bench.truncated_support`)
-    and CPU speed-ups (`aer_bench.shared_prompt`)."""
+    """`AERGRPOConfig` plus the bench's research variants (`aer_bench.anchor_probe`, `aer_bench.controller_steps`,
+    `aer_bench.truncated_support`) and CPU speed-ups (`aer_bench.shared_prompt`)."""
 
     aer_anchor_probe: int = field(
         default=0,
@@ -40,6 +41,32 @@ class BenchConfig(AERGRPOConfig):
             "0: H0 from the rollout batches (aer_anchor_rollouts; the paper: the first one). A probe of more prompts "
             "than a rollout batch has steadies H* without measuring it on a policy that is already collapsing "
             "(docs/real_llm.md)."
+        },
+    )
+    aer_step: str = field(
+        default="sign",
+        metadata={
+            "help": "C3's step. 'sign': α_{t+1} = [α_t + η·sgn(H* − H_t)]_+ (the paper). 'proportional': "
+            "α_{t+1} = [α_t + η·(H* − H_t)/H*]_+, at most η up below the target and down in proportion to the "
+            "overshoot above it (ours, method aer_prop, docs/methods.md). 'pi': α_t = clip(kp·e_t + ki·Σe, 0, "
+            "aer_alpha_max) with e_t = (H* − H_t)/H* and a frozen integral while saturated (ours, method aer_pi; "
+            "aer_pi_kp, aer_pi_ki; aer_eta unused)."
+        },
+    )
+    aer_pi_kp: float = field(
+        default=0.1,
+        metadata={"help": "Proportional gain of aer_step='pi' (α per unit of relative entropy error)."},
+    )
+    aer_pi_ki: float = field(
+        default=0.02,
+        metadata={"help": "Integral gain of aer_step='pi' (α per unit of accumulated relative error)."},
+    )
+    aer_gate: bool = field(
+        default=False,
+        metadata={
+            "help": "No entropy bonus for a rollout batch while the last measured entropy is at or above H* (α "
+            "applied = 0; the controller's own α moves on). Skywork-OR1's and TRL's adaptive-entropy safeguard; "
+            "ours for AER, method aer_pi sets it (docs/methods.md)."
         },
     )
     aer_bonus_top_k: int | None = field(
@@ -76,11 +103,14 @@ class BenchConfig(AERGRPOConfig):
         super().__post_init__()
         check_top_k(self.aer_bonus_top_k)
         check_anchor_probe(self)
+        check_steps(self)
 
 
-class BenchGRPOTrainer(SharedPromptMixin, TruncatedSupportMixin, AnchorProbeMixin, AERGRPOTrainer):
-    """`AERGRPOTrainer` with the bench's variants (the anchor probe, the truncated-support bonus) and the
-    shared-prompt forward and rollouts (`BenchConfig.share_prompt_*`)."""
+class BenchGRPOTrainer(
+    SharedPromptMixin, TruncatedSupportMixin, AnchorProbeMixin, SteppedControllerMixin, AERGRPOTrainer
+):
+    """`AERGRPOTrainer` with the bench's variants (the anchor probe, the truncated-support bonus, the stepped
+    controller) and the shared-prompt forward and rollouts (`BenchConfig.share_prompt_*`)."""
 
 
 @dataclass
