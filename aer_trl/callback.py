@@ -59,15 +59,19 @@ class AERCallback(TrainerCallback, ExportableState):
         self.settings: dict | None = None
 
     @classmethod
-    def from_args(cls, args) -> AERCallback:
+    def from_args(cls, args, controller_class: type[AERController] = AERController, **settings) -> AERCallback:
+        """The callback for a config's `aer_*` settings; an extension's controller class with its own `settings`."""
         return cls(
-            tau=args.aer_tau,
-            eta=args.aer_eta,
-            alpha_init=args.aer_alpha_init,
-            alpha_max=args.aer_alpha_max,
-            fixed_target=args.aer_fixed_target,
-            adaptive=args.aer_adaptive,
-            anchor_rollouts=getattr(args, "aer_anchor_rollouts", 1),
+            controller=controller_class(
+                tau=args.aer_tau,
+                eta=args.aer_eta,
+                alpha=args.aer_alpha_init,
+                alpha_max=args.aer_alpha_max,
+                fixed_target=args.aer_fixed_target,
+                adaptive=args.aer_adaptive,
+                anchor_rollouts=args.aer_anchor_rollouts,
+                **settings,
+            )
         )
 
     # -- read by the trainer ------------------------------------------------------------------------------------

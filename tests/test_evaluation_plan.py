@@ -168,6 +168,7 @@ def test_a_data_parallel_worker_stops_when_its_parent_is_killed_alone(watch):
             os.kill(worker, signal.SIGKILL)
 
 
+@pytest.mark.slow  # 9-12 s under the suite: a worker process started, the lock held, the worker stopped
 @pytest.mark.parametrize("shared", [True, False])
 def test_a_data_parallel_worker_holds_the_folder_lock_with_its_parent(tmp_path, shared):
     """A worker can outlive its parent by up to `exit_with_parent`'s grace; holding the folder's lock with it, it keeps

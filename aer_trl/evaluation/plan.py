@@ -63,10 +63,9 @@ def run_fingerprint(args, model: str, backend: str, tokenizer=None) -> dict:
         "chunk_size": args.batch_size,
     }
     if tokenizer is not None and tokenizer.encode("1") != tokenizer.encode("1", add_special_tokens=False):
-        # A tokenizer that adds special tokens (a BOS); samples stored before these changes are not reused, every other
-        # fingerprint is unchanged. With a chat template, vLLM was given the prompt text and saw two BOS until
-        # 2026-11-27 (now the token ids, one). Without one, `generate` sampled the plain text without the BOS (and
-        # vLLM too, for a day), now with it (`sampling.adds_special_tokens`).
+        # A tokenizer that adds special tokens (a BOS): the fingerprint says how the prompt ids were built (with the
+        # BOS once, `sampling.adds_special_tokens`; or the chat template's ids as they are, for vLLM), so samples drawn
+        # from prompts encoded another way are never reused; every other fingerprint is unchanged.
         if adds_special_tokens(tokenizer):
             fingerprint["prompt_ids"] = "with_special_tokens"
         elif backend == "vllm":

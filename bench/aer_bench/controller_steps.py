@@ -100,23 +100,6 @@ class SteppedController(AERController):
         self.gated = bool(state.get("gated", False))
 
 
-def stepped_controller(args) -> SteppedController:
-    """The controller a `BenchConfig` asks for (the library's settings plus the step, gains and gate)."""
-    return SteppedController(
-        tau=args.aer_tau,
-        eta=args.aer_eta,
-        alpha=args.aer_alpha_init,
-        alpha_max=args.aer_alpha_max,
-        fixed_target=args.aer_fixed_target,
-        adaptive=args.aer_adaptive,
-        anchor_rollouts=args.aer_anchor_rollouts,
-        step=args.aer_step,
-        kp=args.aer_pi_kp,
-        ki=args.aer_pi_ki,
-        gate=args.aer_gate,
-    )
-
-
 def check_steps(config) -> None:
     """`aer_step` one of `STEPS`; the PI gains >= 0."""
     if config.aer_step not in STEPS:
@@ -133,7 +116,8 @@ class SteppedControllerMixin:
     def __init__(self, model, reward_funcs=None, args=None, *pos_args, callbacks=None, **kwargs):
         callbacks = list(callbacks or [])
         if getattr(args, "aer_measurements", False) and not any(isinstance(cb, AERCallback) for cb in callbacks):
-            callbacks.append(AERCallback(controller=stepped_controller(args)))
+            steps = {"step": args.aer_step, "kp": args.aer_pi_kp, "ki": args.aer_pi_ki, "gate": args.aer_gate}
+            callbacks.append(AERCallback.from_args(args, SteppedController, **steps))
         super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
 
 

@@ -157,6 +157,7 @@ def test_a_cell_claimed_by_a_live_queue_is_left_to_it_and_a_dead_ones_claim_is_t
     assert taken is not None and taken.path.read_text() == f"{os.getpid()}\n"
 
 
+@pytest.mark.slow  # ~12 s under the suite: a queue and its training process started, the queue killed
 def test_a_queue_killed_alone_leaves_its_cell_to_the_training_it_started(tmp_path):
     """`kill PID` of a queue ends the queue, not the training it started: the cell stays claimed until that training
     ends too (a second queue used to start the same cell in the same folder, and both wrote its metrics.jsonl)."""
