@@ -14,16 +14,21 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import pytest  # noqa: E402
 
-from tests import helpers  # noqa: E402
+# `tests.helpers` (torch, transformers, TRL: ~20 s here) is imported by the fixtures that use it, not at start-up: the
+# pytest-xdist controller loads this file too and runs no test itself.
 
 
 @pytest.fixture(scope="session")
 def tokenizer():
+    from tests import helpers
+
     return helpers.make_tokenizer()
 
 
 @pytest.fixture
 def tiny_model(tokenizer):
+    from tests import helpers
+
     return helpers.make_model(tokenizer)
 
 
@@ -53,6 +58,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def model_and_bench(tmp_path, tokenizer):
+    from tests import helpers
+
     model_dir = tmp_path / "tiny"
     helpers.save_model(tokenizer, model_dir)
     bench = tmp_path / "bench.jsonl"

@@ -179,6 +179,7 @@ def test_resume_from_every_checkpoint_at_an_off_policy_geometry(tmp_path, tokeni
         assert (b.initial_entropy, b.target, b.iteration) == (a.initial_entropy, a.target, a.iteration)
 
 
+@pytest.mark.slow  # 6-9 s on 2 cores
 def test_resume_from_a_checkpoint_taken_while_h0_is_still_being_measured(tmp_path, tokenizer):
     common = dict(
         aer_anchor_rollouts=3, aer_tau=1.0, aer_eta=0.01, max_steps=5, save_strategy="steps", save_steps=2,

@@ -30,6 +30,7 @@ def test_bonus_off_trains_exactly_like_grpo(tmp_path, tokenizer):
     assert_same_params(params(aer.model), params(grpo.model))
 
 
+@pytest.mark.slow  # 6-9 s on 2 cores
 def test_bonus_acts_only_through_hard_prompts(tmp_path, tokenizer):
     """Correctness from a reward that calls every prompt easy: λ = 0, so α > 0 changes nothing; all-hard changes it."""
     common = dict(aer_adaptive=False, aer_alpha_init=1.0, max_steps=3)

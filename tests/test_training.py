@@ -58,6 +58,7 @@ def test_a_fresh_run_into_a_folder_with_an_earlier_runs_checkpoints_is_refused(t
     assert trainer.state.global_step == 3
 
 
+@pytest.mark.slow  # 6-9 s on 2 cores
 def test_a_lora_checkpoint_resumes_only_as_the_adapter_it_was_trained_as(tmp_path, caplog):
     """Resumed with another lora_alpha, the adapter's weights loaded under another scaling and trained on, silently;
     with use_peft toggled, transformers failed deep inside. Each is refused up front by name; the same settings

@@ -31,6 +31,7 @@ def test_results_come_back_in_request_order_with_more_requests_than_workers(pool
     assert pool.check([]) == []
 
 
+@pytest.mark.slow  # 6-9 s on 2 cores
 def test_a_worker_that_died_between_checks_is_replaced_and_no_answer_is_lost(pool):
     assert pool.check([{"text": "\\boxed{1}", "gold": "1"}] * 2, timeout=30.0) == [(1.0, "ok")] * 2
     for worker in pool._workers:  # out of memory, killed by the OS: the pipes stay, the process is gone

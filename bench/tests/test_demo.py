@@ -37,6 +37,7 @@ def test_demo_quick_runs_the_whole_pipeline(tmp_path):
     assert json.loads((out / "results.json").read_text())["seeds"] == [0]
 
 
+@pytest.mark.slow  # 6-9 s on 2 cores
 def test_the_same_seed_gives_the_same_lab_run(tmp_path):
     """Repeatability: the lab's RL run (sampling, rewards, 4 off-policy steps per rollout, α) is a function of the
     seed: two runs agree on every logged number except wall-clock ones; another seed gives another run."""
