@@ -49,12 +49,22 @@ def test_defaults_are_the_papers():
     assert cfg.aer_bonus_quantile == 1.0 and cfg.aer_anchor_rollouts == 1  # ours, off unless asked for
 
 
-def test_every_aer_field_has_help():
+def test_every_field_we_declare_has_help():
+    """TRL's convention: each field a config or argument class declares carries `metadata={"help": ...}` (what
+    `--help` and the docs show); the fields inherited from TRL and transformers are theirs."""
     import dataclasses
 
-    for f in dataclasses.fields(AERGRPOConfig):
-        if f.name.startswith("aer_"):
-            assert f.metadata.get("help"), f.name
+    from trl import GRPOConfig
+
+    from aer_trl.evaluation.args import EvalArguments
+    from aer_trl.training import AERScriptArguments
+
+    for cls, base in ((AERGRPOConfig, GRPOConfig), (AERScriptArguments, None), (EvalArguments, None)):
+        inherited = {f.name for f in dataclasses.fields(base)} if base else set()
+        ours = [f for f in dataclasses.fields(cls) if f.name not in inherited]
+        assert ours
+        missing = [f.name for f in ours if not f.metadata.get("help")]
+        assert not missing, (cls.__name__, missing)
 
 
 def test_correctness_reward_index_from_cli_string():

@@ -31,3 +31,23 @@ def test_the_bench_command_line_defaults_to_the_lab(tmp_path, monkeypatch):
     assert captured["training"].use_cpu and captured["training"].method == "aer"
     assert captured["training"].output_dir == str(tmp_path)  # flags override the YAML
     assert captured["trainer_class"] is BenchGRPOTrainer
+
+
+def test_every_field_the_bench_adds_has_help():
+    """The bench's argument classes follow TRL's convention too: each field they add has `metadata={"help": ...}`."""
+    import dataclasses
+
+    from aer_bench.training import BenchEvalArguments, BenchScriptArguments
+    from aer_trl import AERGRPOConfig
+    from aer_trl.evaluation.args import EvalArguments
+    from aer_trl.training import AERScriptArguments
+
+    for cls, base in (
+        (BenchConfig, AERGRPOConfig),
+        (BenchScriptArguments, AERScriptArguments),
+        (BenchEvalArguments, EvalArguments),
+    ):
+        added = [f for f in dataclasses.fields(cls) if f.name not in {g.name for g in dataclasses.fields(base)}]
+        assert added
+        missing = [f.name for f in added if not f.metadata.get("help")]
+        assert not missing, (cls.__name__, missing)
