@@ -282,6 +282,13 @@ class AERGRPOConfig(GRPOConfig):
         # world_size: the processes, hence the global batch and the data each one sees
         return shaping_settings({**self.to_dict(), "world_size": self.world_size})
 
+    def trainer_requirements(self) -> list[type]:
+        """The classes a trainer of this config must be an instance of: the method's (`Method.trainer`), and in an
+        extension's config those its own fields need. `AERGRPOTrainer` refuses, by name, a config whose requirement
+        it does not meet, rather than train without what the settings ask for."""
+        needs = get_method(self.method).trainer
+        return [] if needs is None else [needs]
+
     @property
     def method_settings(self) -> dict:
         """What the method set in this config (field -> value); the trainer logs it once at start."""

@@ -103,11 +103,12 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
                 "AERGRPOTrainer needs `args` to be an aer_trl.AERGRPOConfig or a trl.GRPOConfig, got "
                 f"{type(args).__name__}"
             )
-        needs = get_method(args.method).trainer
-        if needs is not None and not isinstance(self, needs):
+        missing = [c for c in args.trainer_requirements() if not isinstance(self, c)]
+        if missing:
             raise TypeError(
-                f"method={args.method!r} trains with a trainer that includes {needs.__module__}.{needs.__name__} (an "
-                f"extension's method), not {type(self).__name__}"
+                f"{type(args).__name__} (method={args.method!r}) trains with a trainer that includes "
+                f"{', '.join(f'{c.__module__}.{c.__name__}' for c in missing)} (an extension's), not "
+                f"{type(self).__name__}: the settings would be ignored"
             )
         callbacks = list(callbacks or [])
         if not any(isinstance(cb, ScheduleResumeCallback) for cb in callbacks):

@@ -105,6 +105,18 @@ class BenchConfig(AERGRPOConfig):
         check_anchor_probe(self)
         check_steps(self)
 
+    def trainer_requirements(self) -> list[type]:
+        needs = super().trainer_requirements()
+        for asked, mixin in (
+            (self.aer_anchor_probe, AnchorProbeMixin),
+            (self.aer_bonus_top_k is not None, TruncatedSupportMixin),
+            (self.aer_step != "sign" or self.aer_gate, SteppedControllerMixin),
+            (self.share_prompt_forward or self.share_prompt_generation, SharedPromptMixin),
+        ):
+            if asked and mixin not in needs:
+                needs.append(mixin)
+        return needs
+
 
 class BenchGRPOTrainer(
     SharedPromptMixin, TruncatedSupportMixin, AnchorProbeMixin, SteppedControllerMixin, AERGRPOTrainer

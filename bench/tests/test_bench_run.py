@@ -51,3 +51,25 @@ def test_every_field_the_bench_adds_has_help():
         assert added
         missing = [f.name for f in added if not f.metadata.get("help")]
         assert not missing, (cls.__name__, missing)
+
+
+@pytest.mark.parametrize(
+    "settings, mixin",
+    [
+        ({"aer_anchor_probe": 4}, "AnchorProbeMixin"),
+        ({"aer_bonus_top_k": 5}, "TruncatedSupportMixin"),
+        ({"aer_step": "pi"}, "SteppedControllerMixin"),
+        ({"aer_gate": True}, "SteppedControllerMixin"),
+        ({"share_prompt_forward": True}, "SharedPromptMixin"),
+    ],
+)
+def test_the_librarys_trainer_refuses_a_bench_setting_it_would_ignore(tmp_path, tokenizer, settings, mixin):
+    """A bench config with one of the bench's settings, handed to the library's trainer (any AER method takes them):
+    refused by name, never trained as if the setting were off."""
+    from aer_trl import AERGRPOTrainer
+    from tests import helpers
+
+    args = helpers.make_bench_config(tmp_path, **settings)
+    with pytest.raises(TypeError, match=mixin):
+        AERGRPOTrainer(model=helpers.make_model(tokenizer), reward_funcs=[helpers.even_length_reward], args=args)
+    assert helpers.make_trainer(tokenizer, helpers.make_bench_config(tmp_path / "bench", **settings))  # the bench's
