@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 __all__ = [
     "BOXED_INSTRUCTION",
@@ -56,10 +56,6 @@ class PromptFormat:
     def user_turn(self, question: str) -> str:
         question = question.strip()
         return question if self.instruction is None else f"{question}\n\n{self.instruction}"
-
-    def describe(self) -> dict:
-        """What the format is, for logs, model cards and fingerprints (JSON-serialisable)."""
-        return {**asdict(self), "shots": [list(s) for s in self.shots]}
 
     def summary(self) -> str:
         parts = [f"{len(self.shots)}-shot chat" if self.shots else "zero-shot chat"]

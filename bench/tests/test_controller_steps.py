@@ -147,12 +147,18 @@ def test_the_library_refuses_the_benchs_steps_by_name(tmp_path, tokenizer):
         AERGRPOTrainer(model=helpers.make_model(tokenizer), reward_funcs=[helpers.even_length_reward], args=args)
 
 
-def test_the_stepped_controller_resumes_exactly(tmp_path, tokenizer):
+@pytest.mark.parametrize("restore", [False, True], ids=["restore-off", "transformers-restores-callbacks"])
+def test_the_stepped_controller_resumes_exactly(tmp_path, tokenizer, restore):
     """The PI integral and the gate are checkpointed: a run of aer_pi resumed at step 2 continues as the one never
-    stopped."""
+    stopped, also where transformers rebuilds the callbacks from the checkpoint (a plain controller) and the run's
+    own stepped one must be kept."""
     common = dict(method="aer_pi", aer_fixed_target=5.0, max_steps=4, save_strategy="steps", save_steps=2)
     full = train_bench(tmp_path / "full", tokenizer, **common)
-    resumed = helpers.make_trainer(tokenizer, helpers.make_bench_config(tmp_path / "resumed", **common))
+    resumed = helpers.make_trainer(
+        tokenizer,
+        helpers.make_bench_config(tmp_path / "resumed", restore_callback_states_from_checkpoint=restore, **common),
+    )
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
     assert alphas(resumed) == alphas(full)
     assert resumed.aer_callback.controller.state_dict() == full.aer_callback.controller.state_dict()
+    assert type(resumed.aer_callback.controller) is SteppedController
