@@ -189,15 +189,6 @@ class AERGRPOConfig(GRPOConfig):
             "controller's measured entropy H_t stays the mean over every token."
         },
     )
-    aer_trl_target_ratio: float | None = field(
-        default=None,
-        metadata={
-            "help": "TRL's adaptive entropy control (`use_adaptive_entropy`, method skywork) with its target anchored "
-            "as AER anchors H*: `entropy_target` becomes aer_trl_target_ratio × H0, H0 the entropy of the first "
-            "rollout batch (replacing the absolute entropy_target from then on; the first step decides as that "
-            "target would). Needs aer_measurements (AER's measurement of H0). None: TRL's absolute entropy_target."
-        },
-    )
     aer_fixed_target: float | None = field(
         default=None,
         metadata={"help": "Absolute target entropy H* > 0 in nats; overrides τ · H0 when set."},

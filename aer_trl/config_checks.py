@@ -45,15 +45,6 @@ def validate_aer(self) -> None:
     if finite("aer_eps", self.aer_eps) <= 0:
         raise ValueError(f"aer_eps must be > 0, got {self.aer_eps}")
     finite("aer_correctness_threshold", self.aer_correctness_threshold)
-    if self.aer_trl_target_ratio is not None:
-        if finite("aer_trl_target_ratio", self.aer_trl_target_ratio) <= 0:
-            raise ValueError(f"aer_trl_target_ratio must be > 0 or None, got {self.aer_trl_target_ratio}")
-        if not (self.use_adaptive_entropy and self.aer_measurements):
-            raise ValueError(
-                "aer_trl_target_ratio anchors TRL's adaptive entropy target at H0: it needs use_adaptive_entropy "
-                f"(got {self.use_adaptive_entropy}; method skywork sets it) and aer_measurements (got "
-                f"{self.aer_measurements}) to measure H0"
-            )
     if self.aer_fixed_target is not None and finite("aer_fixed_target", self.aer_fixed_target) <= 0:
         raise ValueError(f"aer_fixed_target must be > 0 or None, got {self.aer_fixed_target}")
     if isinstance(self.aer_correctness_reward, str) and self.aer_correctness_reward.lstrip("-").isdigit():

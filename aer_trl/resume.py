@@ -90,11 +90,6 @@ class ResumeMixin:
             )
             return
         live.controller_state = data["attributes"]["controller_state"]
-        history = live.controller.history
-        if history:  # aer_trl_target_ratio: anchored where it was, the first rollout batch's entropy or a given H0
-            # H0 given to `AERController.anchor` (no rollout batch among its anchors), or the first batch's
-            given = live.initial_entropy is not None and not live.controller.anchor_entropies
-            self._anchor_trl_entropy_target(live.initial_entropy if given else history[0]["entropy"])
         saved = data["attributes"].get("settings")
         current = live.settings if live.settings is not None else self.args.run_settings()  # with the data's, if given
         self.aer_resume_changes = settings_changes(saved, current) if saved else {}

@@ -13,7 +13,6 @@ How it plugs into TRL (no copy of TRL's loss):
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 from contextlib import contextmanager
@@ -136,12 +135,6 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
         self._aer_last_metrics: dict[str, float] = {}  # last logged aer/* values, repeated on steps without new ones
         self.aer_resume_changes: dict[str, tuple] = {}  # settings that differ from the checkpoint resumed from
         self._aer_token_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
-        if args.aer_trl_target_ratio is not None:
-            # TRL reads its target from `self.args.entropy_target`: the trainer anchors it on a copy of the config
-            # (the caller's is left as given). Until H0 is measured, a target on the side of H0 that τ·H0 is on:
-            # TRL's step-1 update then decides as the anchored target would (up when ratio >= 1, down otherwise)
-            self.args = copy.copy(self.args)
-            self.args.entropy_target = math.inf if args.aer_trl_target_ratio >= 1 else 0.0
 
     # ------------------------------------------------------------------------------------------------ controller
     @property
@@ -323,8 +316,9 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
             self._aer_finish_iteration()
         return loss
 
-    def _aer_finish_iteration(self) -> None:
-        """End of a rollout batch: reduce the entropy over micro-batches and processes, hand it to the callback."""
+    def _aer_finish_iteration(self) -> float:
+        """End of a rollout batch: reduce the entropy over micro-batches and processes, hand it to the callback;
+        returns it (NaN for a batch with no trained token)."""
         stats = self._aer_entropy_stats
         if stats is None:
             stats = torch.zeros(2 + 2 * len(BUCKETS), device=self.accelerator.device)
@@ -332,25 +326,13 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
         self._aer_entropy_stats = None
         entropy = stats[0] / stats[1] if stats[1] > 0 else float("nan")
         self.aer_callback.submit_entropy(entropy)
-        self._anchor_trl_entropy_target(entropy)
         if not math.isnan(entropy):
             self._metrics["train"]["aer/entropy"].append(entropy)
         n = len(BUCKETS)
         for b, name in enumerate(BUCKETS):
             if stats[2 + n + b] > 0:
                 self._metrics["train"][f"aer/bucket/{name}/entropy"].append(stats[2 + b] / stats[2 + n + b])
-
-    def _anchor_trl_entropy_target(self, entropy: float) -> None:
-        """`aer_trl_target_ratio`: TRL's adaptive entropy target = ratio × H0, H0 the first rollout batch's entropy
-        (the anchor AER's controller takes with its defaults) or the one `AERController.anchor` was given; set once,
-        kept through a resume (the controller's H0 is checkpointed)."""
-        ratio = self.args.aer_trl_target_ratio
-        if ratio is None or getattr(self, "_trl_target_anchored", False) or not math.isfinite(entropy):
-            return
-        self.args.entropy_target = ratio * entropy
-        self._trl_target_anchored = True
-        self._metrics["train"]["aer/trl_entropy_target"].append(self.args.entropy_target)
-        logger.info("entropy_target anchored: %s x H0 %.4f = %.4f", ratio, entropy, self.args.entropy_target)
+        return entropy
 
     # ------------------------------------------------------------------------------------------------ model card
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):

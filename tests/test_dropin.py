@@ -134,27 +134,3 @@ def test_a_stop_inside_a_rollout_batch_writes_no_checkpoint_there_and_resumes_ex
 
     logged = [r["step"] for r in read_metrics(tmp_path / "stopped" / "metrics.jsonl") if "loss" in r]
     assert logged == [1, 2, 3, 4, 5, 6]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("ratio", [0.9, 1.05])  # the tiny model's entropy stays above 0.9·H0, below 1.05·H0
-def test_trls_adaptive_entropy_with_its_target_anchored_at_h0(tmp_path, ratio):
-    """`aer_trl_target_ratio` (method skywork): TRL's adaptive entropy control trains exactly as with
-    entropy_target = ratio × H0 given from the start, H0 being the first rollout batch's entropy."""
-    common = dict(method="skywork", aer_measurements=True, max_steps=4, entropy_coef_delta=0.05)
-    config = helpers.make_config(tmp_path / "a", aer_trl_target_ratio=ratio, **common)
-    user_target = config.entropy_target
-    anchored = _trainer(AERGRPOTrainer, config)
-    anchored.train()
-    h0 = anchored.aer_callback.controller.history[0]["entropy"]
-    assert anchored.args.entropy_target == pytest.approx(ratio * h0)
-    assert config.entropy_target == user_target and anchored.args is not config  # the caller's config as given
-    given = _trainer(AERGRPOTrainer, helpers.make_config(tmp_path / "g", entropy_target=ratio * h0, **common))
-    given.train()
-    coefs = [[r["entropy_coef"] for r in t.state.log_history if "entropy_coef" in r] for t in (anchored, given)]
-    assert coefs[0] == coefs[1]
-    assert coefs[0] == pytest.approx([0.0] * 4 if ratio < 1 else [0.05, 0.1, 0.15, 0.2])  # down, or up each step
-    losses = [[r["loss"] for r in t.state.log_history if "loss" in r] for t in (anchored, given)]
-    assert losses[0] == losses[1]
-    with pytest.raises(ValueError, match="aer_trl_target_ratio anchors"):
-        helpers.make_config(tmp_path / "x", method="grpo", aer_trl_target_ratio=0.4)

@@ -33,8 +33,7 @@ class AnchorProbeMixin:
             controller = self.aer_callback.controller
             if controller.initial_entropy is None and not controller.anchor_entropies:
                 probe = self._probe_entropy()
-                controller.anchor(probe)
-                self._anchor_trl_entropy_target(probe)  # aer_trl_target_ratio anchors at the same H0
+                controller.anchor(probe)  # aer_trl_target_ratio (trl_target.py) anchors at the same H0
         return super().training_step(model, inputs, num_items_in_batch)
 
     def _probe_entropy(self) -> float:

@@ -19,6 +19,7 @@ from .anchor_probe import AnchorProbeMixin, check_anchor_probe
 from .controller_steps import SteppedControllerMixin, check_steps
 from .lab.sources import ArithmeticArguments
 from .shared_prompt import SharedPromptMixin
+from .trl_target import TrlTargetMixin, check_trl_target_ratio
 from .truncated_support import TruncatedSupportMixin, check_top_k
 
 
@@ -30,7 +31,7 @@ class BenchScriptArguments(AERScriptArguments, ArithmeticArguments):
 @dataclass
 class BenchConfig(AERGRPOConfig):
     """`AERGRPOConfig` plus the bench's research variants (`aer_bench.anchor_probe`, `aer_bench.controller_steps`,
-    `aer_bench.truncated_support`) and CPU speed-ups (`aer_bench.shared_prompt`)."""
+    `aer_bench.trl_target`, `aer_bench.truncated_support`) and CPU speed-ups (`aer_bench.shared_prompt`)."""
 
     aer_anchor_probe: int = field(
         default=0,
@@ -69,6 +70,15 @@ class BenchConfig(AERGRPOConfig):
             "ours for AER, method aer_pi sets it (docs/methods.md)."
         },
     )
+    aer_trl_target_ratio: float | None = field(
+        default=None,
+        metadata={
+            "help": "TRL's adaptive entropy control (`use_adaptive_entropy`, method skywork) with its target anchored "
+            "as AER anchors H*: `entropy_target` becomes aer_trl_target_ratio × H0, H0 the entropy of the first "
+            "rollout batch (replacing the absolute entropy_target from then on; the first step decides as that "
+            "target would). Needs aer_measurements (AER's measurement of H0). None: TRL's absolute entropy_target."
+        },
+    )
     aer_bonus_top_k: int | None = field(
         default=None,
         metadata={
@@ -104,6 +114,7 @@ class BenchConfig(AERGRPOConfig):
         check_top_k(self.aer_bonus_top_k)
         check_anchor_probe(self)
         check_steps(self)
+        check_trl_target_ratio(self)
 
     def trainer_requirements(self) -> list[type]:
         needs = super().trainer_requirements()
@@ -111,6 +122,7 @@ class BenchConfig(AERGRPOConfig):
             (self.aer_anchor_probe, AnchorProbeMixin),
             (self.aer_bonus_top_k is not None, TruncatedSupportMixin),
             (self.aer_step != "sign" or self.aer_gate, SteppedControllerMixin),
+            (self.aer_trl_target_ratio is not None, TrlTargetMixin),
             (self.share_prompt_forward or self.share_prompt_generation, SharedPromptMixin),
         ):
             if asked and mixin not in needs:
@@ -119,10 +131,16 @@ class BenchConfig(AERGRPOConfig):
 
 
 class BenchGRPOTrainer(
-    SharedPromptMixin, TruncatedSupportMixin, AnchorProbeMixin, SteppedControllerMixin, AERGRPOTrainer
+    SharedPromptMixin,
+    TruncatedSupportMixin,
+    AnchorProbeMixin,
+    TrlTargetMixin,
+    SteppedControllerMixin,
+    AERGRPOTrainer,
 ):
     """`AERGRPOTrainer` with the bench's variants (the anchor probe, the truncated-support bonus, the stepped
-    controller) and the shared-prompt forward and rollouts (`BenchConfig.share_prompt_*`)."""
+    controller, TRL's target anchored at H0) and the shared-prompt forward and rollouts (`BenchConfig.share_prompt_*`).
+    The probe comes before the target's anchoring (a probe's H0 anchors TRL's target before step 1)."""
 
 
 @dataclass
