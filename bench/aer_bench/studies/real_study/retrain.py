@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -161,6 +162,18 @@ def held_out_beside_seeds(study: Study, arm: Arm, seed: int, passk: dict) -> dic
     }
 
 
+def load_note(load_average: list[float], cores: int) -> str | None:
+    """Why an unequal retrain may be unequal on an unchanged environment: on this project's CPU, a run sharing the
+    cores with other work takes other float paths from the first steps (docs/real_llm.md §3), so a record trained on
+    an idle machine is reproduced bit for bit only on an idle one. None where the machine was not loaded."""
+    if load_average[2] <= cores + 0.5:
+        return None
+    return (
+        f"the machine was loaded while this ran (15-minute load average {load_average[2]:.1f} on {cores} cores): "
+        "a run sharing the cores with other work can take other float paths: retrain on an idle machine"
+    )
+
+
 def environment_changes(recorded: dict | None, now: dict) -> dict | str:
     """field -> [recorded, now] for each environment field that differs; a string where the record has none."""
     if not recorded:
@@ -258,7 +271,10 @@ def retrain(
         band_seeds=len(band),
         environment=environment(),
         environment_changes=environment_changes(run.get("environment"), environment()),
+        load_average=list(os.getloadavg()),
     )
+    if result["verdict"] != "bit for bit" and not judge_only:
+        result["load_note"] = load_note(result["load_average"], os.cpu_count() or 1)
     if evaluate:
         from .cells import held_out
 
