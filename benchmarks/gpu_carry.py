@@ -15,7 +15,9 @@ checkout included, and have no vLLM, TRL, DeepSpeed, datasets or math-verify. On
    (`STRIP`);
 5. write one tar.xz stream cut into parts that fit beside the checkout, part k in `.carry/k/`, and `.carry/RUN.md`:
    one device call per part; the last joins them, checks their sha256, unpacks them into /tmp/site and runs
-   `make gpu-smoke` with PYTHONPATH=/tmp/site and the checkout.
+   `make gpu-smoke` with PYTHONPATH=/tmp/site and the checkout; then one more call on the machine it left warm, the
+   hard-problem study's seed pair on the GPU (gpu_smoke part `study`, `STUDY_STEPS` rollout batches; `--no-then`
+   leaves it out).
 
     make gpu-carry                                      # .carry/1 ... .carry/N and .carry/RUN.md
     .venv/bin/python benchmarks/gpu_carry.py --flashinfer --parts recipe
