@@ -322,8 +322,8 @@ def part_study(cpu: bool, out: Path) -> dict:
     the study's; 1 in the CPU mode, no held-out sampling)."""
     steps = 1 if cpu else int(os.environ.get("STUDY_STEPS", "60"))
     result = {"ok": True, "steps": steps, "vllm": has_vllm() and not cpu, "overrides": study_overrides(cpu)}
+    folder = out / "study"
     for arm in ("grpo", "aer-cap"):
-        folder = out / "study"
         shutil.rmtree(folder / f"{arm}-seed{STUDY_SEED}", ignore_errors=True)  # a rerun's figures are its own
         cmd = [sys.executable, "-m", "aer_bench.studies.real_study.retrain", "--study", str(STUDY), "--arm", arm]
         cmd += ["--seed", str(STUDY_SEED), "--steps", str(steps), "--output_dir", str(folder)]
