@@ -9,8 +9,16 @@ from aer_bench.stats import interval
 
 
 def test_t_interval_hand_computed():
-    mean, half = interval([1.0, 2.0, 3.0])  # sd 1, n 3, t(0.975, 2 dof) = 4.303
-    assert mean == 2.0 and abs(half - 4.303 * 1.0 / 3**0.5) < 1e-9
+    mean, half = interval([1.0, 2.0, 3.0])  # sd 1, n 3, t(0.975, 2 dof) = 4.302653
+    assert mean == 2.0 and half == pytest.approx(4.302653 * 1.0 / 3**0.5, rel=1e-6)
+
+
+def test_t_interval_uses_the_exact_quantile_beyond_ten_degrees_of_freedom():
+    # 20 seeds, values 0..19: sd = sqrt(35), t(0.975, 19 dof) = 2.093024 (tables); a rounded 2.0 would understate
+    # the half-width by 4.5%, the normal's 1.96 by 6.4%
+    mean, half = interval([float(v) for v in range(20)])
+    assert mean == 9.5 and half == pytest.approx(2.093024 * 35**0.5 / 20**0.5, rel=1e-6)
+    assert stats.t975(1) == pytest.approx(12.7062, rel=1e-5) and stats.t975(10) == pytest.approx(2.22814, rel=1e-5)
 
 
 def test_one_seed_has_no_interval_and_a_nan_run_is_not_averaged_away():
