@@ -279,6 +279,26 @@ def test_primary_endpoint_by_rule_against_hand_computed_tests(tmp_path):
     assert five["t_p"] < 0.05 and five["verdict"] == "higher"
 
 
+def test_primary_endpoint_when_every_pair_differs_alike(tmp_path):
+    """No spread among the differences: the same non-zero shift on every seed is a certain difference (t infinite,
+    p = 0), not 'no difference shown'; every pair tied is no difference."""
+    study = real_study.load_study(
+        study_helpers.write_study(tmp_path / "s", seeds=[0, 1, 2, 3], primary={"tier": 3, "k": 16})
+    )
+
+    def cells(diff):
+        return [
+            {"method": arm, "seed": seed, "passk": {"per_group": {"3": {"pass@16": value}}}}
+            for seed in range(4)
+            for arm, value in (("grpo", 0.25), ("fixed", 0.25 + diff))
+        ]
+
+    down = real_study.primary_endpoint(cells(-0.0625), study, "grpo")["arms"]["fixed"]
+    assert down["t_p"] == 0.0 and down["verdict"] == "lower" and down["sign"]["down"] == 4
+    tied = real_study.primary_endpoint(cells(0.0), study, "grpo")["arms"]["fixed"]
+    assert tied["verdict"] == "no difference shown" and tied["sign"]["ties"] == 4
+
+
 def test_a_record_without_the_longer_budget_or_at_other_tier_sizes_is_evaluated_again(tmp_path):
     study = real_study.load_study(
         study_helpers.write_study(tmp_path / "s", eval_per_tier=[16, 16, 16, 64], eval_long_tokens=48)

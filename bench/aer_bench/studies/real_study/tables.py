@@ -110,7 +110,12 @@ def primary_endpoint(cells: list[dict], study: Study, reference: str) -> dict:
     for arm in dict.fromkeys(c["method"] for c in cells if c["method"] != reference):
         diffs = [value(c) - ref[c["seed"]] for c in cells if c["method"] == arm and c["seed"] in ref]
         mean, half = interval(diffs)
-        t_p = float(scipy_stats.ttest_1samp(diffs, 0.0).pvalue) if len(diffs) > 1 and len(set(diffs)) > 1 else math.nan
+        if len(diffs) < 2 or not any(diffs):
+            t_p = math.nan  # one pair, or every pair tied: no test
+        elif len(set(diffs)) == 1:
+            t_p = 0.0  # every pair moved by the same amount: no spread, t is infinite
+        else:
+            t_p = float(scipy_stats.ttest_1samp(diffs, 0.0).pvalue)
         up, down, sign_p = sign_test(diffs)
         verdict = (
             "too few seeds" if len(diffs) < 2
