@@ -529,6 +529,9 @@ def test_the_tables_of_a_study_with_a_longer_budget_and_a_primary_endpoint(tmp_p
                 "reward_stats": {"unmarked": unmarked // 2},
                 "fingerprint": {"max_new_tokens": 48},
             }
+            once, always = (6, 6 - 4 * seed) if arm == "fixed" else (2, 10 - 4 * seed)
+            correct = [0] * 4 + [1] * once + [16] * always
+            passk["per_group"]["3"]["correct"] = correct + [5] * (16 - len(correct))
             path.write_text(json.dumps(passk))
     real_study.tables(study)
     table = (study.records / "study.md").read_text()
@@ -542,3 +545,36 @@ def test_the_tables_of_a_study_with_a_longer_budget_and_a_primary_endpoint(tmp_p
     primary = summary["primary"]["arms"]["fixed"]
     assert primary["mean"] == pytest.approx(15.0) and primary["sign"]["up"] == 2
     assert "| fixed − grpo | 2 of 3 | 15 ± 64 |" in table and "(interim: the study is not finished)" in table
+    # how the hardest tier's 16 problems were solved (none / once / some / all of 16): grpo 4/2/0/10 and 4/2/4/6,
+    # fixed 4/6/0/6 and 4/6/4/2 — descriptive, beside the pre-registered row
+    assert "Descriptive, not pre-registered: the 2-digit × 1-digit tier's 16 held-out problems" in table
+    assert "| grpo | 2 | 4 ± 0 | 2 ± 0 | 2 ± 25 | 8 ± 25 |" in table
+    assert "| fixed − grpo | 2 | 0 ± 0 | 4 ± 0 | 0 ± 0 | -4 ± 0 |" in table
+    assert summary["solve_profile"]["paired"]["fixed"]["once"] == [4.0, 0.0]
+
+
+def test_solve_profile_against_hand_counts():
+    """Per seed, the primary tier's problems solved in none, one, some and all of n = 16 samples, and the paired
+    difference: grpo 1/1/1/1 and 2/0/0/2, fixed 0/2/1/1 and 1/1/1/1, so fixed − grpo is −1/+1/0/0 and −1/+1/+1/−1."""
+
+    def cell(arm, seed, correct):
+        return {"method": arm, "seed": seed, "passk": {"num_samples": 16, "per_group": {"3": {"correct": correct}}}}
+
+    cells = [
+        cell("grpo", 0, [0, 1, 16, 5]),
+        cell("grpo", 1, [0, 0, 16, 16]),
+        cell("fixed", 0, [1, 1, 3, 16]),
+        cell("fixed", 1, [0, 2, 1, 16]),
+    ]
+    profile = real_study.solve_profile(cells, "3", "grpo")
+    assert profile["problems"] == 4 and profile["samples"] == 16
+    assert {b: profile["rows"]["grpo"][b][0] for b in ("none", "once", "some", "all")} == {
+        "none": 1.5, "once": 0.5, "some": 0.5, "all": 1.5
+    }  # fmt: skip
+    paired = profile["paired"]["fixed"]
+    assert paired["seeds"] == 2 and paired["none"] == (-1.0, 0.0) and paired["once"] == (1.0, 0.0)
+    assert paired["some"][0] == 0.5 and paired["all"][0] == -0.5
+    assert "grpo" not in profile["paired"]
+    lines = "\n".join(real_study.solve_profile_lines(profile, "grpo"))
+    assert "| model | seeds | solved in none | one | 2–15 | all 16 samples |" in lines
+    assert "| fixed − grpo | 2 | -1 ± 0 | 1 ± 0 |" in lines

@@ -154,6 +154,54 @@ def primary_lines(primary: dict, planned: int) -> list[str]:
     return lines
 
 
+def solve_profile(cells: list[dict], tier: str, reference: str) -> dict:
+    """How the primary tier's problems were solved, per model: the number of problems (mean over seeds, 95% t
+    interval) solved in none, one, some (2 to n − 1) and all of their n samples, and each arm's difference to the
+    reference paired by seed. Descriptive (not pre-registered): it shows where a pass@n difference comes from —
+    'none' is (1 − pass@n) × problems — and whether a policy keeps rare solutions or turns them into certainties."""
+    bins = {"none": lambda c, n: c == 0, "once": lambda c, n: c == 1, "some": lambda c, n: 1 < c < n}
+    bins["all"] = lambda c, n: c == n
+
+    def counts(cell):
+        group = cell["passk"]["per_group"][tier]
+        n = cell["passk"]["num_samples"]
+        return {name: sum(test(c, n) for c in group["correct"]) for name, test in bins.items()}
+
+    per_cell = {(c["method"], c["seed"]): counts(c) for c in cells}
+    arms = list(dict.fromkeys(c["method"] for c in cells))
+    first = cells[0]["passk"]
+    out = {"tier": tier, "problems": len(first["per_group"][tier]["correct"]), "samples": first["num_samples"]}
+    out.update(rows={}, paired={})
+    for arm in arms:
+        mine = {s: v for (m, s), v in per_cell.items() if m == arm}
+        out["rows"][arm] = {"seeds": len(mine), **{b: interval([v[b] for v in mine.values()]) for b in bins}}
+        if arm == reference:
+            continue
+        pairs = [(v, per_cell[reference, s]) for s, v in mine.items() if (reference, s) in per_cell]
+        if pairs:
+            out["paired"][arm] = {"seeds": len(pairs), **{b: interval([a[b] - r[b] for a, r in pairs]) for b in bins}}
+    return out
+
+
+def solve_profile_lines(profile: dict, reference: str) -> list[str]:
+    problems, samples = profile["problems"], profile["samples"]
+    head = f"solved in none / one / 2–{samples - 1} / all {samples} samples"
+    lines = [
+        "",
+        f"Descriptive, not pre-registered: the {TIER_NAMES[profile['tier']]} tier's {problems} held-out problems by "
+        f"how many of their {samples} samples solved them, per seed (mean ± 95% half-width).",
+        "",
+        f"| model | seeds | {head.replace(' / ', ' | ')} |",
+        "|---|---|---|---|---|---|",
+    ]
+    names = ("none", "once", "some", "all")
+    for arm, row in profile["rows"].items():
+        lines.append(f"| {arm} | {row['seeds']} | " + " | ".join(_fmt(*row[b]) for b in names) + " |")
+    for arm, row in profile["paired"].items():
+        lines.append(f"| {arm} − {reference} | {row['seeds']} | " + " | ".join(_fmt(*row[b]) for b in names) + " |")
+    return lines
+
+
 def _fmt(mean: float, half: float) -> str:
     if math.isnan(mean):
         return "–"
@@ -217,6 +265,8 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
     primary = primary_endpoint(cells, study, reference) if study.primary and ref else None
     if primary is not None:
         lines += primary_lines(primary, len(study.seeds))
+        profile = solve_profile(cells, primary["tier"], reference)
+        lines += solve_profile_lines(profile, reference)
     settings = {a.name: {"recipe": a.recipe, **study.settings, **a.settings} for a in study.arms}
     sizes = study.tier_sizes()
     per_tier = sizes_text(sizes) + ("" if len(set(sizes)) == 1 else " (by tier)")
@@ -256,7 +306,7 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
         "base": None if base is None else {**base, "no_answer_share": no_answer_share(base)},
         "rows": rows,
         "paired": paired,
-        **({"primary": primary} if primary is not None else {}),
+        **({"primary": primary, "solve_profile": profile} if primary is not None else {}),
     }
     atomic_write(out / "study.json", json.dumps(summary, indent=1, sort_keys=True, allow_nan=True) + "\n")
     if figure is not None:
