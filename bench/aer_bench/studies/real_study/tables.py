@@ -159,18 +159,19 @@ def solve_profile(cells: list[dict], tier: str, reference: str) -> dict:
     interval) solved in none, one, some (2 to n − 1) and all of their n samples, and each arm's difference to the
     reference paired by seed. Descriptive (not pre-registered): it shows where a pass@n difference comes from —
     'none' is (1 − pass@n) × problems — and whether a policy keeps rare solutions or turns them into certainties."""
-    bins = {"none": lambda c, n: c == 0, "once": lambda c, n: c == 1, "some": lambda c, n: 1 < c < n}
-    bins["all"] = lambda c, n: c == n
+    bins = ("none", "once", "some", "all")
+
+    def correct(cell):
+        return cell["passk"]["per_group"][tier]["correct"]
 
     def counts(cell):
-        group = cell["passk"]["per_group"][tier]
         n = cell["passk"]["num_samples"]
-        return {name: sum(test(c, n) for c in group["correct"]) for name, test in bins.items()}
+        names = ["none" if c == 0 else "all" if c == n else "once" if c == 1 else "some" for c in correct(cell)]
+        return {b: names.count(b) for b in bins}
 
     per_cell = {(c["method"], c["seed"]): counts(c) for c in cells}
     arms = list(dict.fromkeys(c["method"] for c in cells))
-    first = cells[0]["passk"]
-    out = {"tier": tier, "problems": len(first["per_group"][tier]["correct"]), "samples": first["num_samples"]}
+    out = {"tier": tier, "problems": len(correct(cells[0])), "samples": cells[0]["passk"]["num_samples"]}
     out.update(rows={}, paired={})
     for arm in arms:
         mine = {s: v for (m, s), v in per_cell.items() if m == arm}
@@ -194,7 +195,7 @@ def solve_profile_lines(profile: dict, reference: str) -> list[str]:
         f"| model | seeds | {head.replace(' / ', ' | ')} |",
         "|---|---|---|---|---|---|",
     ]
-    names = ("none", "once", "some", "all")
+    names = ("none", "once", "some", "all")  # solve_profile's bins
     for arm, row in profile["rows"].items():
         lines.append(f"| {arm} | {row['seeds']} | " + " | ".join(_fmt(*row[b]) for b in names) + " |")
     for arm, row in profile["paired"].items():
