@@ -53,6 +53,12 @@ class _Worker:
         self.proc.stdin.write((json.dumps({"id": task, **request}) + "\n").encode())
         self.proc.stdin.flush()
 
+    def late(self, now: float) -> bool:
+        """Past its answer's deadline, or not started within `_STARTUP_TIMEOUT`."""
+        if self.task is not None:
+            return now >= self.deadline
+        return not self.ready and now >= self.started + _STARTUP_TIMEOUT
+
     def read_lines(self) -> list[dict] | None:
         """Lines the worker has written; None when it has exited."""
         chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
@@ -117,27 +123,19 @@ class VerifierPool:
                 now = time.monotonic()
                 waits = [w.deadline - now for w in self._workers if w.task is not None]
                 waits += [w.started + _STARTUP_TIMEOUT - now for w in self._workers if not w.ready]
-                for key, _ in selector.select(timeout=max(0.0, min(waits)) if waits else 1.0):
-                    worker = key.data
-                    lines = worker.read_lines()
-                    if lines is None:  # the worker died (out of memory, a crash inside sympy...)
-                        if worker.task is not None:
-                            results[worker.task] = (0.0, "error")
-                        self._replace(worker, selector)
-                        continue
-                    for msg in lines:
-                        if msg.get("ready"):
-                            worker.ready = True
-                        elif msg.get("id") == worker.task:
-                            results[worker.task] = (float(msg["verdict"]), msg["status"])
-                            worker.task = None
+                self._take(selector.select(timeout=max(0.0, min(waits)) if waits else 1.0), results, selector)
                 now = time.monotonic()
-                for worker in list(self._workers):
-                    if worker.task is not None and now >= worker.deadline:
-                        results[worker.task] = (0.0, "timeout")
-                        self._replace(worker, selector)
-                    elif not worker.ready and now >= worker.started + _STARTUP_TIMEOUT:
+                # Before a worker is judged late, read what every worker wrote up to `now`: this process may have
+                # stood still since the select above (suspended with SIGSTOP or a laptop's sleep, starved on a busy
+                # machine), and an answer or a start-up line that came meanwhile is not late; it would have scored
+                # a correct answer 0 as `timeout`, or stopped training with "did not start".
+                if any(w.late(now) for w in self._workers):
+                    self._take(selector.select(timeout=0), results, selector)
+                for worker in [w for w in self._workers if w.late(now)]:
+                    if not worker.ready:
                         raise RuntimeError("the answer-verifier worker (python -m aer_trl.verifier) did not start")
+                    results[worker.task] = (0.0, "timeout")
+                    self._replace(worker, selector)
         finally:
             selector.close()
             # Left by an exception (Ctrl-C in a notebook): an answer still in flight belongs to no later call, and
@@ -146,6 +144,23 @@ class VerifierPool:
                 worker.kill()
                 self._workers.remove(worker)
         return results  # type: ignore[return-value]
+
+    def _take(self, events, results: list, selector) -> None:
+        """Read the lines of the workers in `events` (from `selector.select`): start-up lines and answers."""
+        for key, _ in events:
+            worker = key.data
+            lines = worker.read_lines()
+            if lines is None:  # the worker died (out of memory, a crash inside sympy...)
+                if worker.task is not None:
+                    results[worker.task] = (0.0, "error")
+                self._replace(worker, selector)
+                continue
+            for msg in lines:
+                if msg.get("ready"):
+                    worker.ready = True
+                elif msg.get("id") == worker.task:
+                    results[worker.task] = (float(msg["verdict"]), msg["status"])
+                    worker.task = None
 
     def _replace(self, worker: _Worker, selector) -> None:
         try:

@@ -67,6 +67,63 @@ def test_a_check_interrupted_mid_flight_leaves_no_stale_answer_for_the_next(monk
         pool.close()
 
 
+class _StandStill:
+    """A selector whose first wait, once `when(workers)` holds, returns nothing after the workers have written (it
+    waits for them without reading) and moves the pool's clock 10 minutes on: the pool's process stood still between
+    two looks at its workers (SIGSTOP, a laptop's sleep, a starved process), while the workers did their work."""
+
+    def __init__(self, when, clock):
+        import selectors
+
+        self.inner, self.when, self.clock, self.done = selectors.DefaultSelector(), when, clock, False
+
+    def register(self, *args):
+        return self.inner.register(*args)
+
+    def unregister(self, *args):
+        return self.inner.unregister(*args)
+
+    def close(self):
+        self.inner.close()
+
+    def select(self, timeout=None):
+        workers = [key.data for key in self.inner.get_map().values()]
+        if not self.done and self.when(workers):
+            self.done = True
+            assert self.inner.select(timeout=60), "the worker wrote nothing in 60 s"
+            self.clock[0] += 600.0
+            return []
+        return self.inner.select(timeout)
+
+
+@pytest.mark.parametrize("stage", ["start-up", "answer"])
+def test_a_pool_that_stood_still_reads_what_its_workers_wrote_before_judging_them_late(monkeypatch, stage):
+    """The hard study's queue paused with SIGSTOP for 12 minutes while a worker started: training stopped with 'did
+    not start' although the worker's ready line was in the pipe; the same pause with an answer in flight would have
+    scored a correct answer 0 as `timeout`, silently. What a worker wrote before the pool read its clock counts."""
+    import selectors
+    import time
+    from types import SimpleNamespace
+
+    from aer_trl import verifier
+
+    pool = VerifierPool(workers=1, timeout=5.0)
+    try:
+        if stage == "answer":
+            assert pool.check([{"text": "\\boxed{1}", "gold": "1"}]) == [(1.0, "ok")]  # the worker is up and idle
+        clock = [0.0]
+        monkeypatch.setattr(verifier, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + clock[0]))
+        when = (
+            (lambda ws: any(not w.ready for w in ws)) if stage == "start-up" else (lambda ws: ws[0].task is not None)
+        )
+        standing = SimpleNamespace(DefaultSelector=lambda: _StandStill(when, clock), EVENT_READ=selectors.EVENT_READ)
+        monkeypatch.setattr(verifier, "selectors", standing)
+        assert pool.check([{"text": "\\boxed{7}", "gold": "7"}]) == [(1.0, "ok")]
+        assert clock[0] == 600.0  # the pool did stand still
+    finally:
+        pool.close()
+
+
 @pytest.mark.parametrize(
     ("gold", "parses"),
     [
