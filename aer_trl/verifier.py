@@ -6,7 +6,8 @@ other threads. So every check runs in a small pool of worker processes (`python 
 pipes; no `multiprocessing`, so nothing re-imports the user's script, and the worker runs this file alone, without
 importing torch or TRL): each answer gets `timeout` seconds from the
 moment it is handed to a worker, after which that worker is killed and replaced and the answer scores 0 with status
-`timeout`. Answers are spread over the workers, so one slow answer does not hold up the others.
+`timeout`; time in which the pool's own process stood still (a suspended job) is not counted. Answers are spread
+over the workers, so one slow answer does not hold up the others.
 
 Workers: `AER_VERIFY_WORKERS` (default: min(4, CPU count)). Inside a worker math-verify also runs with its own
 timeouts (on the worker's main thread), so most pathological inputs end well before the hard limit.
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 5.0  # seconds per answer, hard
 _STARTUP_TIMEOUT = 120.0  # importing sympy in a fresh worker; not charged to any answer
+_STOOD_STILL = 1.0  # a wait that ends this many seconds after it was due: the pool's process stood still
 
 
 class _Worker:
@@ -123,8 +125,13 @@ class VerifierPool:
                 now = time.monotonic()
                 waits = [w.deadline - now for w in self._workers if w.task is not None]
                 waits += [w.started + _STARTUP_TIMEOUT - now for w in self._workers if not w.ready]
-                self._take(selector.select(timeout=max(0.0, min(waits)) if waits else 1.0), results, selector)
-                now = time.monotonic()
+                wait = max(0.0, min(waits)) if waits else 1.0
+                self._take(selector.select(timeout=wait), results, selector)
+                waited, now = time.monotonic() - now, time.monotonic()
+                if waited > wait + _STOOD_STILL:  # this process stood still in its wait (SIGSTOP to the job, a
+                    for worker in self._workers:  # cluster's suspend, Ctrl-Z), and most likely its workers with it:
+                        worker.deadline += waited  # the wait is not charged to them
+                        worker.started += waited
                 # Before a worker is judged late, read what every worker wrote up to `now`: this process may have
                 # stood still since the select above (suspended with SIGSTOP or a laptop's sleep, starved on a busy
                 # machine), and an answer or a start-up line that came meanwhile is not late; it would have scored

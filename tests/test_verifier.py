@@ -2,6 +2,8 @@
 a stuck check is killed and counted, a dead worker is replaced without losing an answer; gold answers parse in the
 formats data sets use."""
 
+import os
+
 import pytest
 
 from aer_trl.verifier import VerifierPool, parse_gold
@@ -118,6 +120,49 @@ def test_a_pool_that_stood_still_reads_what_its_workers_wrote_before_judging_the
         )
         standing = SimpleNamespace(DefaultSelector=lambda: _StandStill(when, clock), EVENT_READ=selectors.EVENT_READ)
         monkeypatch.setattr(verifier, "selectors", standing)
+        assert pool.check([{"text": "\\boxed{7}", "gold": "7"}]) == [(1.0, "ok")]
+        assert clock[0] == 600.0  # the pool did stand still
+    finally:
+        pool.close()
+
+
+def test_time_the_pool_and_its_workers_stood_still_is_not_charged_to_an_answer(monkeypatch):
+    """SIGSTOP to a training job's processes (a cluster's suspend, a paused queue, Ctrl-Z) while an answer was in
+    flight and not yet worked on: after SIGCONT the pool's clock is 10 minutes past the answer's deadline, but the
+    worker has had no time. It gets its time back; the correct answer is not scored 0 as `timeout`."""
+    import selectors
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from aer_trl import verifier
+
+    pool = VerifierPool(workers=1, timeout=5.0)
+    try:
+        assert pool.check([{"text": "\\boxed{1}", "gold": "1"}]) == [(1.0, "ok")]  # the worker is up and idle
+        clock = [0.0]
+        monkeypatch.setattr(verifier, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + clock[0]))
+        send = verifier._Worker.send
+
+        def stopped_then_send(worker, *args):  # the worker stands still before it reads the answer
+            os.kill(worker.proc.pid, signal.SIGSTOP)
+            send(worker, *args)
+
+        class Suspended(_StandStill):  # the pool stands still 10 minutes in its wait, then both go on
+            def select(self, timeout=None):
+                workers = [key.data for key in self.inner.get_map().values()]
+                if not self.done and self.when(workers):
+                    self.done = True
+                    self.clock[0] += 600.0
+                    os.kill(workers[0].proc.pid, signal.SIGCONT)
+                    return []
+                return self.inner.select(timeout)
+
+        monkeypatch.setattr(verifier._Worker, "send", stopped_then_send)
+        suspended = Suspended(lambda ws: ws[0].task is not None, clock)
+        monkeypatch.setattr(
+            verifier, "selectors", SimpleNamespace(DefaultSelector=lambda: suspended, EVENT_READ=selectors.EVENT_READ)
+        )
         assert pool.check([{"text": "\\boxed{7}", "gold": "7"}]) == [(1.0, "ok")]
         assert clock[0] == 600.0  # the pool did stand still
     finally:
