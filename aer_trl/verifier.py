@@ -107,6 +107,9 @@ class VerifierPool:
     def _run(self, requests: list[dict], timeout: float) -> list[tuple[float, str]]:
         results: list[tuple[float, str] | None] = [None] * len(requests)
         pending = deque(range(len(requests)))
+        entry = time.monotonic()
+        for worker in self._workers:  # started by an earlier call (a replacement): its start-up is timed from this
+            worker.started = max(worker.started, entry)  # call on, not across whatever the job did in between
         while len(self._workers) < min(self.size, len(requests)):
             self._workers.append(_Worker())
         selector = selectors.DefaultSelector()

@@ -169,6 +169,41 @@ def test_time_the_pool_and_its_workers_stood_still_is_not_charged_to_an_answer(m
         pool.close()
 
 
+def test_a_worker_started_before_the_job_stood_still_is_timed_from_the_next_call(monkeypatch):
+    """A timeout replaces its worker as the call ends; the job is suspended while the new worker imports, for longer
+    than start-up may take. The next call times that start-up from itself: it does not stop with 'did not start'."""
+    import selectors
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from aer_trl import verifier
+
+    pool = VerifierPool(workers=1, timeout=1.0)
+    try:
+        assert pool.check([{"text": "\\boxed{9^{9^{9^{9}}}}", "gold": "1"}]) == [(0.0, "timeout")]
+        fresh = pool._workers[0]
+        assert not fresh.ready  # replaced as the call ended, still importing
+        os.kill(fresh.proc.pid, signal.SIGSTOP)
+        clock = [600.0]  # the job stood still 10 minutes between two calls
+        monkeypatch.setattr(verifier, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + clock[0]))
+
+        class Resumed(_StandStill):
+            def select(self, timeout=None):
+                if not self.done:
+                    self.done = True
+                    os.kill(fresh.proc.pid, signal.SIGCONT)
+                return self.inner.select(timeout)
+
+        resumed = Resumed(None, clock)
+        monkeypatch.setattr(
+            verifier, "selectors", SimpleNamespace(DefaultSelector=lambda: resumed, EVENT_READ=selectors.EVENT_READ)
+        )
+        assert pool.check([{"text": "\\boxed{7}", "gold": "7"}]) == [(1.0, "ok")]
+    finally:
+        pool.close()
+
+
 @pytest.mark.parametrize(
     ("gold", "parses"),
     [
