@@ -1,5 +1,5 @@
-"""Small file helpers shared by the package: one way to replace a file atomically, one way to hash a file, and one way
-to hold a lock on one."""
+"""Small helpers shared by the package: one way to replace a file atomically, one way to hash a file, one way to hold
+a lock on one, and one way to read a count from the environment."""
 
 from __future__ import annotations
 
@@ -10,6 +10,19 @@ import os
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
+
+
+def env_count(name: str) -> int | None:
+    """The positive whole number in environment variable `name`; None when it is unset, empty or 0 (the default
+    applies). Anything else is refused with the variable's name: a typo must not quietly become another setting."""
+    value = os.environ.get(name, "").strip()
+    try:
+        count = int(value or 0)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise ValueError(f"{name} must be a whole number of at least 1 (or 0/unset for the default), got {value!r}")
+    return count or None
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes, fsync: bool = False) -> Path:

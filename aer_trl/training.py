@@ -21,7 +21,7 @@ from .config import AERGRPOConfig, describe_changes, shaping_settings
 from .evaluation import PassAtKCallback
 from .evaluation.harness import check_model
 from .gguf import resolve_model
-from .io import lock_folder
+from .io import env_count, lock_folder
 from .rewards import REWARD_FUNCS, resolve_reward_funcs
 from .sources import PromptArguments, get_source, resolve_format
 from .validation_engine import engine_sampler
@@ -111,8 +111,8 @@ def use_cpu_cores(training_args: AERGRPOConfig) -> int | None:
 
     if not (training_args.use_cpu or not torch.cuda.is_available()):
         return None
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    threads = int(os.environ.get("AER_CPU_THREADS", 0)) or max(1, (os.cpu_count() or 1) // local)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # set by the launcher
+    threads = env_count("AER_CPU_THREADS") or max(1, (os.cpu_count() or 1) // local)
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads

@@ -87,7 +87,9 @@ class VerifierPool:
     """A pool of verifier processes; `check(requests)` returns one (verdict, status) per request, in order."""
 
     def __init__(self, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT):
-        self.size = workers or int(os.environ.get("AER_VERIFY_WORKERS", 0)) or min(4, os.cpu_count() or 1)
+        from .io import env_count  # here: the worker runs this file alone, outside the package
+
+        self.size = workers or env_count("AER_VERIFY_WORKERS") or min(4, os.cpu_count() or 1)
         self.timeout = timeout
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
