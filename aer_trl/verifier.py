@@ -9,8 +9,8 @@ moment it is handed to a worker, after which that worker is killed and replaced 
 `timeout`; time in which the pool's own process stood still (a suspended job) is not counted. Answers are spread
 over the workers, so one slow answer does not hold up the others.
 
-Workers: `AER_VERIFY_WORKERS` (default: min(4, CPU count)). Inside a worker math-verify also runs with its own
-timeouts (on the worker's main thread), so most pathological inputs end well before the hard limit.
+Workers: `AER_VERIFY_WORKERS` (default: min(4, CPU count)). Inside a worker math-verify runs without timeouts of its
+own: they are wall-clock alarms, which a suspended job's worker finds run out as it goes on.
 """
 
 from __future__ import annotations
@@ -228,16 +228,30 @@ _GSM8K_GOLD = re.compile(r"####\s*(.+?)\s*$", re.S)
 _ANSWER_LINE = re.compile(r"(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$", re.I | re.S)
 
 
-def _timeouts() -> dict:
-    # math-verify's timeouts use SIGALRM, which only works on the main thread (gold answers are trusted data)
-    return {"parsing_timeout": 5 if threading.current_thread() is threading.main_thread() else None}
+_GOLD_TIMEOUT = 5  # seconds: math-verify's own limit on parsing a gold answer in the training process
+_IN_WORKER = False  # set in a worker process: there the pool's hard limit is the only time limit
+
+
+def _parse(text: str) -> list:
+    """math-verify's `parse`. In a worker, and off the main thread (SIGALRM works only there), with no limit of its
+    own: the pool's hard limit applies. On the training process's main thread (gold answers: trusted data, parsed
+    once and cached), with math-verify's limit, which is wall-clock: one that ran out while this thread stood still
+    (a suspended job; its CPU time did not advance) is not a verdict, so the parse runs again, up to three times."""
+    from math_verify import parse
+
+    if _IN_WORKER or threading.current_thread() is not threading.main_thread():
+        return parse(text, parsing_timeout=None)
+    for _ in range(3):
+        wall, cpu = time.monotonic(), time.thread_time()
+        parsed = parse(text, parsing_timeout=_GOLD_TIMEOUT)
+        if parsed or time.monotonic() - wall < _GOLD_TIMEOUT or time.thread_time() - cpu > _GOLD_TIMEOUT / 2:
+            break
+    return parsed
 
 
 @lru_cache(maxsize=65536)
 def parse_gold(gold: str) -> tuple:
     """Parse a gold answer (`\\boxed{}`, `Answer: X`, GSM8K's `#### X` or a bare expression); () if unparseable."""
-    from math_verify import parse
-
     if gold is None:
         return ()
     text = join_digit_groups(str(gold).strip())
@@ -252,9 +266,9 @@ def parse_gold(gold: str) -> tuple:
             text = match.group(1)
     try:
         if "\\boxed" in text or "$" in text:
-            parsed = parse(text, **_timeouts())
+            parsed = _parse(text)
         else:
-            parsed = parse(f"${text}$", **_timeouts()) or parse(text, **_timeouts())
+            parsed = _parse(f"${text}$") or _parse(text)
     except Exception:
         return ()
     if all(isinstance(x, str) for x in parsed) and not any(ch.isalnum() for x in parsed for ch in x):
@@ -264,22 +278,24 @@ def parse_gold(gold: str) -> tuple:
 
 # ----------------------------------------------------------------------------------------------- worker side
 def _verify_one(request: dict) -> tuple[int, str]:
-    from math_verify import parse, verify
+    """One answer against its gold, in a worker. No time limit of math-verify's own (SIGALRM, wall-clock: after a
+    suspended job went on, it ran out at once and scored a correct answer 0 as unparsed, or as a wrong answer with
+    status ok); the pool's hard limit ends a check that runs too long, and counts it as a timeout."""
+    from math_verify import verify
 
     gold = parse_gold(request["gold"])
     if not gold:
         return 0, "no_gold"
     text = request["text"]
-    if request.get("latex_wrap"):
-        pred = parse(f"${text}$", parsing_timeout=3) or parse(text, parsing_timeout=3)
-    else:
-        pred = parse(text, parsing_timeout=3)
+    pred = (_parse(f"${text}$") or _parse(text)) if request.get("latex_wrap") else _parse(text)
     if not pred:
         return 0, "unparsed"
-    return (1 if verify(list(gold), pred, timeout_seconds=3) else 0), "ok"
+    return (1 if verify(list(gold), pred, timeout_seconds=None) else 0), "ok"
 
 
 def _serve() -> None:  # pragma: no cover - runs in the worker process
+    global _IN_WORKER
+    _IN_WORKER = True
     logging.disable(logging.CRITICAL)
     import math_verify  # noqa: F401  (import before saying ready: startup is not charged to an answer)
 

@@ -204,6 +204,51 @@ def test_a_worker_started_before_the_job_stood_still_is_timed_from_the_next_call
         pool.close()
 
 
+def _stands_still(monkeypatch, seconds: float, times: int = 1):
+    """math-verify's extraction stands still `seconds` of wall-clock (a suspended process: no CPU time) the first
+    `times` times it is called, then does its work."""
+    import time
+
+    import math_verify.parser as mvp
+
+    real, calls = mvp.extract_target_from_pred, []
+
+    def standing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= times:
+            time.sleep(seconds)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mvp, "extract_target_from_pred", standing)
+    return calls
+
+
+def test_a_worker_that_stood_still_mid_check_still_judges_the_answer(monkeypatch):
+    """math-verify's own limits are SIGALRM alarms on the wall-clock: a worker suspended for longer mid-parse found
+    its alarm run out as it went on and scored a correct answer 0 as `unparsed` (3 of 11,456 checks while the job
+    was stopped for 4 s every 6 s). In a worker only the pool's limit applies."""
+    from aer_trl import verifier
+
+    monkeypatch.setattr(verifier, "_IN_WORKER", True, raising=False)
+    assert verifier.parse_gold("7")  # parsed and cached before the worker stands still
+    _stands_still(monkeypatch, 3.5)
+    assert verifier._verify_one({"text": "\\boxed{7}", "gold": "7"}) == (1, "ok")
+
+
+def test_a_gold_parse_that_ran_out_while_the_job_stood_still_is_tried_again(monkeypatch):
+    """On the training process's main thread a gold answer is parsed under math-verify's 5 s alarm and cached: one
+    that ran out while the process stood still would have made that gold unparseable for the whole run. A parse that
+    ran out without working runs again."""
+    from aer_trl import verifier
+
+    calls = _stands_still(monkeypatch, 5.5)
+    verifier.parse_gold.cache_clear()
+    try:
+        assert verifier.parse_gold("\\boxed{41}") and len(calls) == 2
+    finally:
+        verifier.parse_gold.cache_clear()
+
+
 @pytest.mark.parametrize(
     ("gold", "parses"),
     [
