@@ -32,7 +32,7 @@ would read 32 and 2n+1), subscripts a subscript (`1010₂` → `1010_{2}`) and v
 in the extracted answer and the gold (`1\\,000`, `1~000`, `1 000` → `1000`; math-verify reads a space between digits as
 a product: `1\\,000` was 0; any other `~` is a space), and a full stop after a boxed number dropped
 (`\\boxed{18.}`). The extracted answer is bounded (`MAX_ANSWER_CHARS`): longer ones are not credited. Checking runs
-in worker processes with a hard wall-clock limit per completion on every thread (`aer_trl.verifier`), so no model
+in worker processes with a hard limit on each completion's CPU time on every thread (`aer_trl.verifier`), so no model
 output can hang or crash the caller.
 
 Timeouts, unparseable answers and missing markers are counted: `judge_completions` returns the counts with the

@@ -1,13 +1,15 @@
-"""Checking model answers against gold answers in worker processes with a hard wall-clock limit.
+"""Checking model answers against gold answers in worker processes with a hard limit on each check's CPU time.
 
 math-verify's own timeouts use SIGALRM, which works only on a process's main thread and cannot interrupt long C-level
 work (a huge integer power, say). Model output can be built to hit either case, and TRL calls reward functions from
 other threads. So every check runs in a small pool of worker processes (`python -m aer_trl.verifier`, JSON lines over
 pipes; no `multiprocessing`, so nothing re-imports the user's script, and the worker runs this file alone, without
-importing torch or TRL): each answer gets `timeout` seconds from the
-moment it is handed to a worker, after which that worker is killed and replaced and the answer scores 0 with status
-`timeout`; time in which the pool's own process stood still (a suspended job) is not counted. Answers are spread
-over the workers, so one slow answer does not hold up the others.
+importing torch or TRL): each answer gets `timeout` seconds of its worker's CPU time, after which that worker is
+killed and replaced and the answer scores 0 with status `timeout`. CPU time, not the wall-clock: a worker that could
+not run (a busy machine, a suspended job) has not used its time, so a verdict does not depend on the machine's load.
+A worker that neither answers nor works is given up after `_BACKSTOP` times the limit on the wall-clock (time in which
+the pool's own process stood still not counted). Answers are spread over the workers, so one slow answer does not
+hold up the others.
 
 Workers: `AER_VERIFY_WORKERS` (default: min(4, CPU count)). Inside a worker math-verify runs without timeouts of its
 own: they are wall-clock alarms, which a suspended job's worker finds run out as it goes on.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import math
 import os
 import re
 import selectors
@@ -33,6 +36,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 5.0  # seconds per answer, hard
 _STARTUP_TIMEOUT = 120.0  # importing sympy in a fresh worker; not charged to any answer
 _STOOD_STILL = 1.0  # a wait that ends this many seconds after it was due: the pool's process stood still
+_BACKSTOP = 10  # x the time limit, on the wall-clock: an answer whose worker neither answers nor works is given up
 
 
 class _Worker:
@@ -47,19 +51,40 @@ class _Worker:
         self.buffer = b""
         self.ready = False
         self.task: int | None = None
-        self.deadline = 0.0
+        self.budget = self.cpu_start = self.look_at = self.deadline = 0.0
         self.started = time.monotonic()
+        self._process = None
+
+    def cpu(self) -> float:
+        """The worker's CPU time so far (user + system, seconds); infinite once it is gone."""
+        import psutil
+
+        try:
+            self._process = self._process or psutil.Process(self.proc.pid)
+            times = self._process.cpu_times()
+        except psutil.Error:
+            return math.inf
+        return times.user + times.system
 
     def send(self, task: int, request: dict, timeout: float) -> None:
-        self.task, self.deadline = task, time.monotonic() + timeout
+        now = time.monotonic()
+        self.task, self.budget, self.cpu_start = task, timeout, self.cpu()
+        self.look_at, self.deadline = now + timeout, now + _BACKSTOP * timeout  # CPU time runs no faster than wall
         self.proc.stdin.write((json.dumps({"id": task, **request}) + "\n").encode())
         self.proc.stdin.flush()
 
     def late(self, now: float) -> bool:
-        """Past its answer's deadline, or not started within `_STARTUP_TIMEOUT`."""
-        if self.task is not None:
-            return now >= self.deadline
-        return not self.ready and now >= self.started + _STARTUP_TIMEOUT
+        """Its answer has used its budget of CPU time (or `_BACKSTOP` times it on the wall-clock), or it did not start
+        within `_STARTUP_TIMEOUT`. Its CPU time is read only once the budget could have been used up."""
+        if self.task is None:
+            return not self.ready and now >= self.started + _STARTUP_TIMEOUT
+        if now >= self.deadline:
+            return True
+        if now < self.look_at:
+            return False
+        used = self.cpu() - self.cpu_start
+        self.look_at = now + max(0.0, self.budget - used)
+        return used >= self.budget
 
     def read_lines(self) -> list[dict] | None:
         """Lines the worker has written; None when it has exited."""
@@ -128,14 +153,14 @@ class VerifierPool:
                             pending.appendleft(i)
                             self._replace(worker, selector)
                 now = time.monotonic()
-                waits = [w.deadline - now for w in self._workers if w.task is not None]
+                waits = [min(w.look_at, w.deadline) - now for w in self._workers if w.task is not None]
                 waits += [w.started + _STARTUP_TIMEOUT - now for w in self._workers if not w.ready]
                 wait = max(0.0, min(waits)) if waits else 1.0
                 self._take(selector.select(timeout=wait), results, selector)
                 waited, now = time.monotonic() - now, time.monotonic()
                 if waited > wait + _STOOD_STILL:  # this process stood still in its wait (SIGSTOP to the job, a
                     for worker in self._workers:  # cluster's suspend, Ctrl-Z), and most likely its workers with it:
-                        worker.deadline += waited  # the wait is not charged to them
+                        worker.deadline += waited  # the wait is not charged to their wall-clock limits
                         worker.started += waited
                 # Before a worker is judged late, read what every worker wrote up to `now`: this process may have
                 # stood still since the select above (suspended with SIGSTOP or a laptop's sleep, starved on a busy

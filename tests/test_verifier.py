@@ -126,6 +126,30 @@ def test_a_pool_that_stood_still_reads_what_its_workers_wrote_before_judging_the
         pool.close()
 
 
+def test_the_limit_is_the_checks_cpu_time_not_the_wall_clock(monkeypatch):
+    """A worker that cannot run (a busy machine; here it is stopped for twice the limit as it gets its answer) has not
+    used its time: the answer is judged when it runs, not scored 0 as `timeout`. A verdict does not depend on load."""
+    import signal
+    import threading
+
+    from aer_trl import verifier
+
+    pool = VerifierPool(workers=1, timeout=1.0)
+    try:
+        assert pool.check([{"text": "\\boxed{1}", "gold": "1"}]) == [(1.0, "ok")]  # the worker is up and idle
+        send = verifier._Worker.send
+
+        def stopped_then_send(worker, *args):
+            os.kill(worker.proc.pid, signal.SIGSTOP)
+            threading.Timer(2.0, os.kill, (worker.proc.pid, signal.SIGCONT)).start()
+            send(worker, *args)
+
+        monkeypatch.setattr(verifier._Worker, "send", stopped_then_send)
+        assert pool.check([{"text": "\\boxed{7}", "gold": "7"}]) == [(1.0, "ok")]
+    finally:
+        pool.close()
+
+
 def test_time_the_pool_and_its_workers_stood_still_is_not_charged_to_an_answer(monkeypatch):
     """SIGSTOP to a training job's processes (a cluster's suspend, a paused queue, Ctrl-Z) while an answer was in
     flight and not yet worked on: after SIGCONT the pool's clock is 10 minutes past the answer's deadline, but the
