@@ -83,8 +83,10 @@ class _Worker:
         if now < self.look_at:
             return False
         used = self.cpu() - self.cpu_start
-        self.look_at = now + max(0.0, self.budget - used)
-        return used >= self.budget
+        if not used < self.budget:  # also when the worker is gone (inf, or nan if it was gone at `send`)
+            return True
+        self.look_at = now + self.budget - used
+        return False
 
     def read_lines(self) -> list[dict] | None:
         """Lines the worker has written; None when it has exited."""
