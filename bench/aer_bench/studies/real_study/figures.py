@@ -85,7 +85,8 @@ def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") 
     ax.set_xscale("log", base=2)
     ax.set_title("held-out pass@k (%), 95% interval over seeds")
     ax.set_xlabel("k")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # empty until a model is evaluated
+        ax.legend(fontsize=8)
     ax = axes[1, 2]
     names = (["untrained"] if base is not None else []) + methods
     width = 0.8 / max(1, len(names))
@@ -104,7 +105,8 @@ def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") 
         )
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(TIER_NAMES))], list(TIER_NAMES.values()), fontsize=8)
     ax.set_title("held-out pass@1 per tier (%)")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     ax = axes[1, 3]
     styles = dict(zip(TIER_NAMES, ["-", "--", ":", "-."]))
     for m in methods:
