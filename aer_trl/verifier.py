@@ -11,8 +11,8 @@ A worker that neither answers nor works is given up after `_BACKSTOP` times the 
 the pool's own process stood still not counted). Answers are spread over the workers, so one slow answer does not
 hold up the others.
 
-Workers: `AER_VERIFY_WORKERS` (default: min(4, CPU count)). Inside a worker math-verify runs without timeouts of its
-own: they are wall-clock alarms, which a suspended job's worker finds run out as it goes on.
+Workers: `AER_VERIFY_WORKERS` (default: min(4, CPU count)). Inside a worker math-verify also runs with its own
+timeouts, made to count CPU time there (`_cpu_alarms`), so most pathological inputs end well before the hard limit.
 """
 
 from __future__ import annotations
@@ -255,23 +255,46 @@ _GSM8K_GOLD = re.compile(r"####\s*(.+?)\s*$", re.S)
 _ANSWER_LINE = re.compile(r"(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$", re.I | re.S)
 
 
-_GOLD_TIMEOUT = 5  # seconds: math-verify's own limit on parsing a gold answer in the training process
-_IN_WORKER = False  # set in a worker process: there the pool's hard limit is the only time limit
+_GOLD_TIMEOUT = 5  # seconds: math-verify's own limit on parsing a gold answer
+_ANSWER_TIMEOUT = 3  # seconds of CPU time: math-verify's own limits, in a worker, on a parse and on each comparison
+_CPU_ALARMS = False  # True in a worker: math-verify's alarms count CPU time there (`_cpu_alarms`)
 
 
-def _parse(text: str) -> list:
-    """math-verify's `parse`. In a worker, and off the main thread (SIGALRM works only there), with no limit of its
-    own: the pool's hard limit applies. On the training process's main thread (gold answers: trusted data, parsed
-    once and cached), with math-verify's limit, which is wall-clock: one that ran out while this thread stood still
-    (a suspended job; its CPU time did not advance) is not a verdict, so the parse runs again, up to three times."""
+def _cpu_alarms() -> None:
+    """Make math-verify's own timeouts count this process's CPU time (a worker, which runs nothing else). They arm
+    `signal.alarm`, a wall-clock timer: a worker suspended mid-check found it run out as it went on and scored a
+    correct answer 0 as unparsed. Here `signal.alarm` arms ITIMER_PROF instead, which stands still with the process,
+    and its SIGPROF raises math-verify's TimeoutException, as math-verify's SIGALRM handler does."""
+    import signal
+
+    from math_verify.errors import TimeoutException
+
+    global _CPU_ALARMS
+
+    def expired(signum, frame):
+        raise TimeoutException("Operation timed out!")
+
+    signal.signal(signal.SIGPROF, expired)
+    signal.alarm = lambda seconds: math.ceil(signal.setitimer(signal.ITIMER_PROF, seconds)[0])
+    _CPU_ALARMS = True
+
+
+def _parse(text: str, timeout: int) -> list:
+    """math-verify's `parse` under its own limit of `timeout` seconds. In a worker that is CPU time (`_cpu_alarms`).
+    Off the main thread, where SIGALRM cannot work, there is none (the pool's hard limit applies). On the training
+    process's main thread (gold answers: trusted data, parsed once and cached) it is wall-clock: a limit that ran out
+    while this thread stood still (a suspended job; its CPU time did not advance) is not a verdict, so the parse runs
+    again, up to three times."""
     from math_verify import parse
 
-    if _IN_WORKER or threading.current_thread() is not threading.main_thread():
+    if _CPU_ALARMS:
+        return parse(text, parsing_timeout=timeout)
+    if threading.current_thread() is not threading.main_thread():
         return parse(text, parsing_timeout=None)
     for _ in range(3):
         wall, cpu = time.monotonic(), time.thread_time()
-        parsed = parse(text, parsing_timeout=_GOLD_TIMEOUT)
-        if parsed or time.monotonic() - wall < _GOLD_TIMEOUT or time.thread_time() - cpu > _GOLD_TIMEOUT / 2:
+        parsed = parse(text, parsing_timeout=timeout)
+        if parsed or time.monotonic() - wall < timeout or time.thread_time() - cpu > timeout / 2:
             break
     return parsed
 
@@ -293,9 +316,9 @@ def parse_gold(gold: str) -> tuple:
             text = match.group(1)
     try:
         if "\\boxed" in text or "$" in text:
-            parsed = _parse(text)
+            parsed = _parse(text, _GOLD_TIMEOUT)
         else:
-            parsed = _parse(f"${text}$") or _parse(text)
+            parsed = _parse(f"${text}$", _GOLD_TIMEOUT) or _parse(text, _GOLD_TIMEOUT)
     except Exception:
         return ()
     if all(isinstance(x, str) for x in parsed) and not any(ch.isalnum() for x in parsed for ch in x):
@@ -305,26 +328,23 @@ def parse_gold(gold: str) -> tuple:
 
 # ----------------------------------------------------------------------------------------------- worker side
 def _verify_one(request: dict) -> tuple[int, str]:
-    """One answer against its gold, in a worker. No time limit of math-verify's own (SIGALRM, wall-clock: after a
-    suspended job went on, it ran out at once and scored a correct answer 0 as unparsed, or as a wrong answer with
-    status ok); the pool's hard limit ends a check that runs too long, and counts it as a timeout."""
+    """One answer against its gold, in a worker: math-verify's own limits (`_ANSWER_TIMEOUT` of CPU time) end a slow
+    parse or comparison without losing the worker; the pool's hard limit ends what they cannot interrupt."""
     from math_verify import verify
 
     gold = parse_gold(request["gold"])
     if not gold:
         return 0, "no_gold"
-    text = request["text"]
-    pred = (_parse(f"${text}$") or _parse(text)) if request.get("latex_wrap") else _parse(text)
+    text, limit = request["text"], _ANSWER_TIMEOUT
+    pred = (_parse(f"${text}$", limit) or _parse(text, limit)) if request.get("latex_wrap") else _parse(text, limit)
     if not pred:
         return 0, "unparsed"
-    return (1 if verify(list(gold), pred, timeout_seconds=None) else 0), "ok"
+    return (1 if verify(list(gold), pred, timeout_seconds=limit) else 0), "ok"
 
 
 def _serve() -> None:  # pragma: no cover - runs in the worker process
-    global _IN_WORKER
-    _IN_WORKER = True
     logging.disable(logging.CRITICAL)
-    import math_verify  # noqa: F401  (import before saying ready: startup is not charged to an answer)
+    _cpu_alarms()  # imports math_verify: before saying ready, so start-up is not charged to an answer
 
     out = sys.stdout
     out.write(json.dumps({"ready": True}) + "\n")

@@ -247,16 +247,40 @@ def _stands_still(monkeypatch, seconds: float, times: int = 1):
     return calls
 
 
-def test_a_worker_that_stood_still_mid_check_still_judges_the_answer(monkeypatch):
-    """math-verify's own limits are SIGALRM alarms on the wall-clock: a worker suspended for longer mid-parse found
-    its alarm run out as it went on and scored a correct answer 0 as `unparsed` (3 of 11,456 checks while the job
-    was stopped for 4 s every 6 s). In a worker only the pool's limit applies."""
-    from aer_trl import verifier
+_IN_A_WORKER = """
+import sys, time
+import math_verify.parser as mvp
+from aer_trl import verifier
 
-    monkeypatch.setattr(verifier, "_IN_WORKER", True, raising=False)
-    assert verifier.parse_gold("7")  # parsed and cached before the worker stands still
-    _stands_still(monkeypatch, 3.5)
-    assert verifier._verify_one({"text": "\\boxed{7}", "gold": "7"}) == (1, "ok")
+verifier._cpu_alarms()  # as a worker does
+assert verifier.parse_gold("7")  # parsed and cached first
+real, mode = mvp.extract_target_from_pred, sys.argv[1]
+
+def extraction(*args, **kwargs):
+    if mode == "stand":  # 3.5 s on the wall-clock without working: a suspended worker
+        time.sleep(3.5)
+    else:  # 3.5 s of work
+        end = time.process_time() + 3.5
+        while time.process_time() < end:
+            pass
+    return real(*args, **kwargs)
+
+mvp.extract_target_from_pred = extraction
+print(verifier._verify_one({"text": "\\\\boxed{7}", "gold": "7"}))
+"""
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("stand", "(1, 'ok')"), ("work", "(0, 'unparsed')")])
+def test_math_verifys_own_limit_in_a_worker_counts_cpu_time(mode, expected):
+    """math-verify's own 3 s limit (an alarm) ends a slow parse inside the worker without losing it. It was wall-clock:
+    a worker suspended mid-parse found it run out as it went on and scored a correct answer 0 as `unparsed` (3 of
+    11,456 checks while a job was stopped for 4 s every 6 s). In a worker it counts CPU time: standing still costs
+    nothing, 3 s of work still ends the parse."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _IN_A_WORKER, mode], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1:] == [expected], out.stderr[-2000:]
 
 
 def test_a_gold_parse_that_ran_out_while_the_job_stood_still_is_tried_again(monkeypatch):
