@@ -333,3 +333,32 @@ def test_anchor_over_three_rollouts_in_training(tmp_path, tokenizer):
     assert "aer/initial_entropy" not in logs[0] and "aer/initial_entropy" not in logs[1]
     assert alphas(trainer)[:2] == [0.05, 0.05]  # no target yet: α stays at its initial value
     assert logs[2]["aer/target_entropy"] == pytest.approx(0.4 * trainer.aer_callback.initial_entropy, rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------ bf16 on a CPU without kernels
+@pytest.mark.parametrize("kernels", [False, True])
+def test_bf16_on_a_cpu_without_bf16_kernels_is_warned_about(tmp_path, tokenizer, caplog, monkeypatch, kernels):
+    """bf16 autocast on an AVX2-only CPU runs every matmul in PyTorch's reference GEMM (measured ~11x slower per step
+    than float32): the trainer says so, naming the setting; where the kernels exist, or in float32, it says nothing."""
+    import aer_trl.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "cpu_has_bf16_kernels", lambda: kernels)
+    with caplog.at_level("WARNING", logger="aer_trl.trainer"):
+        helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "fp32"))
+    assert "bfloat16 matrix kernels" not in caplog.text
+    with caplog.at_level("WARNING", logger="aer_trl.trainer"):
+        helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "bf16", bf16=True))
+    assert ("bf16=True (autocast) on a CPU without bfloat16 matrix kernels" in caplog.text) is not kernels
+    assert ("Train in float32 here: bf16=False" in caplog.text) is not kernels
+
+
+def test_bf16_weights_on_a_cpu_without_kernels_name_the_dtype(monkeypatch):
+    import aer_trl.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "cpu_has_bf16_kernels", lambda: False)
+    model = torch.nn.Linear(2, 2).to(torch.bfloat16)
+    message = trainer_module.cpu_bf16_warning("cpu", False, model)
+    assert "the model's bfloat16 weights" in message and "dtype='float32'" in message
+    assert trainer_module.cpu_bf16_warning("cuda", True, model) is None  # a GPU's bf16 is its own matter
+    assert trainer_module.cpu_bf16_warning("cpu", False, torch.nn.Linear(2, 2)) is None
+    assert isinstance(trainer_module.cpu_has_bf16_kernels(), bool)
