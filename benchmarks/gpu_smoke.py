@@ -306,9 +306,13 @@ def part_eval(cpu: bool, out: Path) -> dict:
 
 def study_overrides(cpu: bool) -> list[str]:
     """The hard-problem study's cell on this machine: on a GPU the recipe's CPU settings switched off (bf16 autocast
-    stays, as the study trains), rollouts through vLLM colocate where installed."""
+    stays, as the study trains), rollouts through vLLM colocate where installed. On a CPU the record's settings, but
+    float32 where the CPU has no bfloat16 matrix kernels (an AVX2-only CPU: PyTorch's reference GEMM, ~200 s a step
+    under autocast instead of ~10; the CPU mode checks the plumbing, not the figures)."""
     if cpu:
-        return []
+        from aer_trl.trainer import cpu_has_bf16_kernels
+
+        return [] if cpu_has_bf16_kernels() else ["--bf16", "false"]
     flags = ["--use_cpu", "false", "--share_prompt_forward", "false", "--share_prompt_generation", "false"]
     if has_vllm():  # the recipes' {use_cache: true} is a transformers argument that vLLM's SamplingParams refuses
         flags += ["--use_vllm", "true", "--vllm_mode", "colocate", "--generation_kwargs", "{}"]

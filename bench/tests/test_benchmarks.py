@@ -166,14 +166,15 @@ def test_gpu_smoke_runs_every_part_in_its_cpu_mode(tmp_path):
 @pytest.mark.slow
 def test_gpu_smoke_study_part_retrains_a_recorded_seed_pair_and_judges_it(tmp_path):
     """Issue 61's seed pair, in the CPU mode: one step of the hard-problem study's seed 20 of each arm, trained by the
-    retrain command as the study trained it (bf16 autocast on this CPU) and judged against the committed records (the
-    plumbing: its figures mean nothing here)."""
+    retrain command as the study trained it (bf16 autocast; float32 on a CPU without bf16 kernels) and judged
+    against the committed records (the plumbing: its figures mean nothing here)."""
     import gpu_smoke
 
     out = tmp_path / "out"
     report = gpu_smoke.main(["--cpu", "--parts", "study", "--output_dir", str(out)])
     study = report["study"]
-    assert report["failed"] == [] and study["steps"] == 1 and study["overrides"] == [] and not study["vllm"]
+    assert report["failed"] == [] and study["steps"] == 1 and not study["vllm"]
+    assert study["overrides"] == gpu_smoke.study_overrides(cpu=True)  # float32 on a CPU without bf16 kernels
     for arm in ("grpo", "aer-cap"):
         # the verdict, not which one: under load (another test beside it) a run takes other float paths
         # (docs/real_llm.md §3), so a 1-step CPU retrain is bit for bit only on an idle machine
@@ -185,10 +186,16 @@ def test_gpu_smoke_study_part_retrains_a_recorded_seed_pair_and_judges_it(tmp_pa
 
 def test_gpu_smoke_study_part_switches_the_cpu_recipe_to_the_gpu(monkeypatch):
     """On a GPU the study's CPU settings are switched off and rollouts go through vLLM colocate where installed
-    (the recipes' transformers-only generation_kwargs emptied for it); on CPU the record's settings stand."""
+    (the recipes' transformers-only generation_kwargs emptied for it); on CPU the record's settings stand, in float32
+    where the CPU has no bfloat16 matrix kernels."""
     import gpu_smoke
 
+    import aer_trl.trainer
+
+    monkeypatch.setattr(aer_trl.trainer, "cpu_has_bf16_kernels", lambda: True)
     assert gpu_smoke.study_overrides(cpu=True) == []
+    monkeypatch.setattr(aer_trl.trainer, "cpu_has_bf16_kernels", lambda: False)  # an AVX2-only CPU: ~20x a step
+    assert gpu_smoke.study_overrides(cpu=True) == ["--bf16", "false"]
     monkeypatch.setattr(gpu_smoke, "has_vllm", lambda: True)
     flags = gpu_smoke.study_overrides(cpu=False)
     pairs = dict(zip(flags[::2], flags[1::2]))

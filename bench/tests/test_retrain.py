@@ -50,15 +50,25 @@ def test_an_unequal_retrain_on_a_loaded_machine_says_so():
     assert "15-minute load average 6.0 on 2 cores" in note and "idle machine" in note
 
 
-def test_a_gpu_retrain_names_its_device_and_a_cpu_one_adds_nothing(monkeypatch):
+def test_a_gpu_retrain_names_its_device_and_a_cpu_one_its_bf16_kernels(monkeypatch):
     """A cell retrained on a GPU (gpu_smoke's `study` part) says so in what differs from its CPU record; on a CPU the
-    environment has no GPU fields, so a CPU record and a CPU retrain compare equal."""
+    environment has no GPU fields but whether PyTorch has bfloat16 matrix kernels there (without them a bf16 cell
+    runs on another GEMM), so a CPU record and a CPU retrain on the same kind of CPU compare equal."""
     import torch
 
     from aer_bench.studies.real_study import cells
 
     cpu = cells.environment()
     assert not {"gpu", "cuda", "vllm"} & set(cpu)
+    assert isinstance(cpu["cpu_bf16_kernels"], bool)
+    import aer_trl.trainer
+
+    # an AVX2-only CPU runs a bf16 cell on PyTorch's reference GEMM: a retrain there says so
+    monkeypatch.setattr(aer_trl.trainer, "cpu_has_bf16_kernels", lambda: not cpu["cpu_bf16_kernels"])
+    other = cells.environment()
+    assert retrain.environment_changes(cpu, other) == {
+        "cpu_bf16_kernels": [cpu["cpu_bf16_kernels"], not cpu["cpu_bf16_kernels"]]
+    }
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     gpu = cells.environment()

@@ -22,8 +22,9 @@ from .spec import Arm, Study, cell_dir, settings_hash
 def environment() -> dict:
     """What a cell trained with beyond its settings, recorded in its run.json so a record says what reproduces it:
     the code (the checkout's commit, and whether its tracked files differed from it), the versions of the packages
-    that compute, the CPU and the threads a training process takes (`AER_CPU_THREADS`, else all the cores), and on a
-    CUDA machine the GPU, CUDA's and vLLM's versions."""
+    that compute, the CPU, whether it has bfloat16 matrix kernels, and the threads a training process takes
+    (`AER_CPU_THREADS`, else all the cores); on a CUDA machine the GPU, CUDA's and vLLM's versions instead of the
+    kernels."""
     import importlib.metadata
     import os
     import platform
@@ -60,12 +61,15 @@ def environment() -> dict:
 
 
 def gpu_environment(version) -> dict:
-    """On a CUDA machine, the device and vLLM's version (a cell trained there); nothing on a CPU, so a CPU record and
-    a CPU retrain compare equal."""
+    """On a CUDA machine, the device and vLLM's version (a cell trained there). On a CPU, whether PyTorch has bfloat16
+    matrix kernels there (`cpu_bf16_kernels`, `aer_trl.trainer.cpu_has_bf16_kernels`): without them a bf16 cell runs
+    every matmul in PyTorch's reference GEMM (another float path, and ~20x the step time: docs/real_llm.md §3.11)."""
     import torch
 
     if not torch.cuda.is_available():
-        return {}
+        from aer_trl.trainer import cpu_has_bf16_kernels
+
+        return {"cpu_bf16_kernels": cpu_has_bf16_kernels()}
     return {"gpu": torch.cuda.get_device_name(), "cuda": torch.version.cuda, "vllm": version("vllm")}
 
 
