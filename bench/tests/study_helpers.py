@@ -23,8 +23,8 @@ def write_study(folder: Path, **extra) -> Path:
     return folder / "study.yaml"
 
 
-def fake_study_record(study, arm, seed, pass1: float, entropy: float, unmarked: int):
-    """A cell's record as export_record writes it, with made-up numbers."""
+def fake_study_record(study, arm, seed, pass1: float, entropy: float, unmarked: int, environment=None):
+    """A cell's record as export_record writes it, with made-up numbers (and `environment` in its run.json)."""
     out = real_study.record_dir(study, arm, seed)
     out.mkdir(parents=True)
     h0 = 0.5
@@ -49,4 +49,6 @@ def fake_study_record(study, arm, seed, pass1: float, entropy: float, unmarked: 
     (out / "passk.json").write_text(json.dumps(passk))
     (out / "recipe.yaml").write_text(yaml.safe_dump(study.merged(arm)))
     run = {"arm": arm.name, "seed": seed, "settings_hash": real_study.settings_hash(study.merged(arm))}
+    if environment is not None:
+        run["environment"] = environment
     (out / "run.json").write_text(json.dumps(run))

@@ -578,3 +578,33 @@ def test_solve_profile_against_hand_counts():
     lines = "\n".join(real_study.solve_profile_lines(profile, "grpo"))
     assert "| model | seeds | solved in none | one | 2–15 | all 16 samples |" in lines
     assert "| fixed − grpo | 2 | -1 ± 0 | 1 ± 0 |" in lines
+
+
+def test_the_tables_say_where_the_cells_trained_and_a_mixed_study_stands_out(tmp_path):
+    """Each distinct environment of the cells' run.json gets a line naming its cells; a study whose cells trained on
+    two kinds of CPU (another float path from the first step) says so in bold; a record without one is "not
+    recorded"."""
+    from aer_bench.studies.real_study.tables import seed_runs
+
+    assert seed_runs([25, 20, 21, 22, 27, 28]) == "20–22, 25, 27–28" and seed_runs([3]) == "3"
+    study = real_study.load_study(study_helpers.write_study(tmp_path / "s"))
+    xeon = {"commit": "1ee4ab4156078d", "cpu": "Intel(R) Xeon(R) Processor", "threads": 2, "torch": "2.13.0+cpu"}
+    epyc = {**xeon, "cpu": "AMD EPYC", "cpu_bf16_kernels": False, "tracked_changes": True}
+    for seed in (0, 1):
+        study_helpers.fake_study_record(study, study.arm("grpo"), seed, 0.6, 0.07, 2, environment=xeon)
+    study_helpers.fake_study_record(study, study.arm("fixed"), 0, 0.6, 0.2, 2, environment=xeon)
+    study_helpers.fake_study_record(study, study.arm("fixed"), 1, 0.6, 0.2, 2, environment=epyc)
+    real_study.tables(study)
+    table = (study.records / "study.md").read_text()
+    assert "**Trained in 2 environments:**" in table
+    assert "- 3 cells (fixed seeds 0; grpo seeds 0–1): commit 1ee4ab4, Intel(R) Xeon(R) Processor, 2 threads" in table
+    assert "- 1 cell (fixed seeds 1): commit 1ee4ab4, AMD EPYC, bf16 kernels no, 2 threads, torch 2.13.0+cpu" in table
+    assert "torch 2.13.0+cpu, with uncommitted changes to tracked files" in table
+    summary = json.loads((study.records / "study.json").read_text())
+    assert {c["environment"]["cpu"] for c in summary["cells"]} == {"AMD EPYC", "Intel(R) Xeon(R) Processor"}
+
+    old = real_study.load_study(study_helpers.write_study(tmp_path / "old"))
+    study_helpers.fake_study_record(old, old.arm("grpo"), 0, 0.6, 0.07, 2)
+    real_study.tables(old)
+    table = (old.records / "study.md").read_text()
+    assert "Trained in one environment:" in table and "environment not recorded" in table

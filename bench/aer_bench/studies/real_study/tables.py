@@ -203,6 +203,65 @@ def solve_profile_lines(profile: dict, reference: str) -> list[str]:
     return lines
 
 
+ENVIRONMENT_FIELDS = (
+    ("commit", "commit {}"),
+    ("cpu", "{}"),
+    ("cpu_bf16_kernels", "bf16 kernels {}"),
+    ("gpu", "{}"),
+    ("threads", "{} threads"),
+    ("python", "Python {}"),
+    ("torch", "torch {}"),
+    ("transformers", "transformers {}"),
+    ("trl", "TRL {}"),
+    ("accelerate", "accelerate {}"),
+    ("vllm", "vLLM {}"),
+)
+
+
+def seed_runs(seeds: list[int]) -> str:
+    """[20, 21, 22, 25, 27, 28] -> "20–22, 25, 27–28"."""
+    runs: list[list[int]] = []
+    for seed in sorted(seeds):
+        if runs and seed == runs[-1][-1] + 1:
+            runs[-1].append(seed)
+        else:
+            runs.append([seed])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}–{r[-1]}" for r in runs)
+
+
+def environment_lines(cells: list[dict]) -> list[str]:
+    """Where the cells trained, from each run.json's `environment`: one line per distinct environment with the cells
+    it holds, so that a study whose cells trained on two kinds of machine says so in its tables (another CPU, or the
+    same CPU without bf16 kernels, takes other float paths from the first step: docs/real_llm.md §3.11). A record
+    made before cells recorded their environment counts as "not recorded"."""
+    groups: dict[str, dict[str, list[int]]] = {}
+    for c in cells:
+        env = c.get("environment")
+        if env:
+            parts = []
+            for key, text in ENVIRONMENT_FIELDS:
+                value = env.get(key)
+                if value is None:
+                    continue
+                value = value[:7] if key == "commit" else value
+                parts.append(text.format("yes" if value is True else "no" if value is False else value))
+            if env.get("tracked_changes"):
+                parts.append("with uncommitted changes to tracked files")
+            label = ", ".join(parts)
+        else:
+            label = "environment not recorded (trained before cells recorded it)"
+        groups.setdefault(label, {}).setdefault(c["method"], []).append(c["seed"])
+    if not groups:
+        return []
+    head = "Trained in one environment:" if len(groups) == 1 else f"**Trained in {len(groups)} environments:**"
+    lines = ["", head, ""]
+    for label, arms in groups.items():
+        n = sum(len(seeds) for seeds in arms.values())
+        which = "; ".join(f"{arm} seeds {seed_runs(seeds)}" for arm, seeds in arms.items())
+        lines.append(f"- {n} cell{'s' if n != 1 else ''} ({which}): {label}")
+    return lines
+
+
 def _fmt(mean: float, half: float) -> str:
     if math.isnan(mean):
         return "–"
@@ -268,6 +327,7 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
         lines += primary_lines(primary, len(study.seeds))
         profile = solve_profile(cells, primary["tier"], reference)
         lines += solve_profile_lines(profile, reference)
+    lines += environment_lines(cells)
     settings = {a.name: {"recipe": a.recipe, **study.settings, **a.settings} for a in study.arms}
     sizes = study.tier_sizes()
     per_tier = sizes_text(sizes) + ("" if len(set(sizes)) == 1 else " (by tier)")
@@ -324,6 +384,7 @@ def cell_summary(arm: Arm, seed: int, record: dict) -> dict:
         **training_summary(record["metrics"]),
         "no_answer_share": no_answer_share(record["passk"]),
         "passk": record["passk"],
+        "environment": record["run"].get("environment"),
     }
 
 
