@@ -56,14 +56,15 @@ def environment() -> dict:
         **{name: version(name) for name in ("torch", "transformers", "trl", "accelerate")},
         "cpu": cpu,
         "threads": int(os.environ.get("AER_CPU_THREADS", 0)) or os.cpu_count(),
-        **gpu_environment(version),
+        **device_environment(version),
     }
 
 
-def gpu_environment(version) -> dict:
+def device_environment(version) -> dict:
     """On a CUDA machine, the device and vLLM's version (a cell trained there). On a CPU, whether PyTorch has bfloat16
     matrix kernels there (`cpu_bf16_kernels`, `aer_trl.trainer.cpu_has_bf16_kernels`): without them a bf16 cell runs
-    every matmul in PyTorch's reference GEMM (another float path, and ~20x the step time: docs/real_llm.md §3.11)."""
+    every matmul in PyTorch's reference GEMM (another float path, and ~20x the step time of a CPU with them:
+    docs/real_llm.md §3.11)."""
     import torch
 
     if not torch.cuda.is_available():
