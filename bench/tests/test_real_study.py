@@ -390,14 +390,15 @@ def test_every_committed_study_table_regenerates_from_its_records_and_is_the_one
 
     root = Path(__file__).resolve().parents[2]
     docs = (root / "docs" / "real_llm.md").read_text()
-    shutil.copytree(root / "results" / "real_llm" / "recipes", tmp_path / "recipes")  # the studies' frozen recipes
+    # every study with the frozen recipes they read, so that a deviation (deviation.yaml) finds its study file
+    shutil.copytree(root / "results" / "real_llm", tmp_path, dirs_exist_ok=True)
     paths = sorted((root / "results" / "real_llm").glob("*/study.yaml"))
     assert sum((p.parent / "study.md").is_file() for p in paths) >= 5, paths  # never vacuous
     for path in paths:
         if not (path.parent / "study.md").is_file():
             continue
         copy = tmp_path / path.parent.name
-        shutil.copytree(path.parent, copy)
+        (copy / "study.md").unlink()  # made again below
         study = real_study.load_study(copy / "study.yaml")
         study.figure = None  # the figure is not compared
         real_study.tables(study)
@@ -608,3 +609,82 @@ def test_the_tables_say_where_the_cells_trained_and_a_mixed_study_stands_out(tmp
     real_study.tables(old)
     table = (old.records / "study.md").read_text()
     assert "Trained in one environment:" in table and "environment not recorded" in table
+
+
+def _deviation(tmp_path, **dev_extra):
+    """A registered study (seeds 0-3, primary: tier 3 pass@16) whose seeds 2-3 a deviation trains in study `dev`."""
+    registered = study_helpers.write_study(tmp_path / "reg", seeds=[0, 1, 2, 3], primary={"tier": 3, "k": 16})
+    spec = {"seeds": [2, 3], "settings": {"aer_tau": 0.4, "bf16": False}, **dev_extra}
+    study_helpers.write_study(tmp_path / "dev", **spec)
+    (registered.parent / "deviation.yaml").write_text(yaml.safe_dump({"study": "../dev/study.yaml", "seeds": [2, 3]}))
+    return registered
+
+
+def test_a_deviation_takes_its_seeds_pairs_from_its_own_study_and_the_verdict_reads_all_the_registered_seeds(tmp_path):
+    """Hardest-tier pass@16 (twice pass@1 in these records): registered pairs +10, +20 (seeds 0-1), the deviation's
+    +30, +10 (seeds 2-3). The verdict reads all four: mean 17.5, t on 3 degrees of freedom p = 0.0354, sign 4 up,
+    p = 0.125; beside it the registered pairs alone (+15) and the deviation's alone (+20), with no verdict. The
+    registered study's fixed-arm cell on seed 2, trained before the deviation (pass@16 20%), is in no pair."""
+    study = real_study.load_study(_deviation(tmp_path))
+    assert study.deviation.seeds == [2, 3] and study.deviation.study.settings["bf16"] is False
+    dev = study.deviation.study
+    for seed, (g, f) in enumerate([(0.30, 0.35), (0.30, 0.40)]):
+        study_helpers.fake_study_record(study, study.arm("grpo"), seed, g, 0.07, unmarked=0)
+        study_helpers.fake_study_record(study, study.arm("fixed"), seed, f, 0.2, unmarked=0)
+    study_helpers.fake_study_record(study, study.arm("fixed"), 2, 0.10, 0.2, unmarked=0)  # before the deviation
+    for seed, (g, f) in zip((2, 3), [(0.30, 0.45), (0.30, 0.35)]):
+        study_helpers.fake_study_record(dev, dev.arm("grpo"), seed, g, 0.07, unmarked=0)
+        study_helpers.fake_study_record(dev, dev.arm("fixed"), seed, f, 0.2, unmarked=0)
+    for folder in (study.records, dev.records):  # solve_profile reads each problem's count of correct samples
+        for path in folder.glob("cells/*/seed*/passk.json"):
+            passk = json.loads(path.read_text())
+            passk["per_group"]["3"]["correct"] = [0, 1, 16, 5]
+            path.write_text(json.dumps(passk))
+    real_study.tables(study)
+    summary = json.loads((study.records / "study.json").read_text())
+    primary = summary["primary"]
+    verdict = primary["arms"]["fixed"]
+    assert verdict["seeds"] == 4 and verdict["mean"] == pytest.approx(17.5)
+    assert verdict["t_p"] == pytest.approx(0.03535, abs=1e-5) and verdict["verdict"] == "higher"
+    assert verdict["sign"] == {"up": 4, "down": 0, "ties": 0, "p": 0.125}
+    registered_alone, deviation_alone = primary["beside"].values()
+    assert registered_alone["arms"]["fixed"]["mean"] == pytest.approx(15.0)
+    assert deviation_alone["arms"]["fixed"]["mean"] == pytest.approx(20.0)
+    assert summary["solve_profile"]["rows"]["fixed"]["seeds"] == 4  # the seed-2 cell of the registered study: out
+    table = (study.records / "study.md").read_text()
+    row = "| fixed − grpo | 0–3: 0–1 here, 2–3 from dev | 4 of 4 | 17.5 ± 15 | 0.0354 | 4 / 0 / 0, 0.125 | higher |"
+    assert row in table
+    assert "| fixed − grpo | 0–1 here alone | 2 | 15 ± 64 |" in table
+    assert "| fixed − grpo | 2–3 from dev alone | 2 | 20 ± 1.3e+02 |" in table and "none: beside the verdict" in table
+    assert "| fixed − grpo, 2–3 from dev alone | 2 |" in table  # the secondary endpoints, the same three ways
+    assert "Deviation, written before its cells (reg/deviation.yaml)" in table
+
+
+def test_a_queue_leaves_a_deviations_seeds_to_the_deviations_study(tmp_path, monkeypatch):
+    registered = _deviation(tmp_path)
+    queued = []
+    monkeypatch.setattr(
+        real_study.queue, "_run_cell", lambda st, arm, seed, *a: queued.append((st.records.name, arm.name, seed))
+    )
+    dev = str(tmp_path / "dev" / "study.yaml")
+    real_study.main(["--study", str(registered), dev, "--methods", "fixed", "--output_dir", str(tmp_path / "o")])
+    assert queued == [("reg", "fixed", 0), ("reg", "fixed", 1), ("dev", "fixed", 2), ("dev", "fixed", 3)]
+
+
+@pytest.mark.parametrize(
+    "deviation, dev_extra, error, message",
+    [
+        ({"study": "../dev/study.yaml"}, {}, ValueError, "exactly `study` and `seeds`"),
+        ({"study": "../dev/study.yaml", "seeds": [7]}, {}, ValueError, r"seeds \[7\] are not seeds of the study"),
+        ({"study": "../nowhere/study.yaml", "seeds": [2]}, {}, FileNotFoundError, "no file"),
+        ({"study": "../dev/study.yaml", "seeds": [1]}, {}, ValueError, r"seeds \[1\] are not among"),
+        ({"study": "../dev/study.yaml", "seeds": [2]}, {"reference": "fixed"}, ValueError, "same reference"),
+        ({"study": "../dev/study.yaml", "seeds": [2]}, {"eval_samples": 8}, ValueError, "evaluates otherwise"),
+    ],
+)
+def test_a_bad_deviation_names_its_file_and_what_is_wrong(tmp_path, deviation, dev_extra, error, message):
+    registered = _deviation(tmp_path, **dev_extra)
+    (registered.parent / "deviation.yaml").write_text(yaml.safe_dump(deviation))
+    with pytest.raises(error, match=message) as err:
+        real_study.load_study(registered)
+    assert str(registered.parent / "deviation.yaml") in str(err.value)

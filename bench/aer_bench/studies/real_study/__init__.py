@@ -24,6 +24,12 @@ its cells this queue trains, by seed and arm name; its tables keep every seed an
       grpo: {recipe: grpo}
       fixed-0.4: {recipe: aer, settings: {aer_adaptive: false, aer_alpha_init: 0.4, aer_alpha_max: null}}
 
+A registered study whose remaining cells cannot train as registered (say, its precision on another machine) stays as
+it was; a `deviation.yaml` beside it, written before any cell of the deviation, names another study file and the
+seeds whose pairs that file trains (`study: ../hard_fp32/study.yaml`, `seeds: [32, 33]`). Its queue then leaves those
+seeds to that file, and its tables read the primary endpoint over all its seeds, those pairs taken from the other
+file (the verdict), with the registered pairs alone and the deviation's alone beside it.
+
 Resumable at every level. A cell (arm × seed) trains in its own process under
 `<output_dir>/train/<recipe>-<hash of its settings>/seed<k>/` (the recipe merged with the settings is written there
 as `recipe.yaml` and is what trains; two arms of two studies with the same settings share one cell); a killed run
@@ -59,8 +65,10 @@ from .spec import (
     STUDY_KEYS,
     TIER_NAMES,
     Arm,
+    Deviation,
     Study,
     cell_dir,
+    load_deviation,
     load_study,
     parse_flags,
     record_dir,
@@ -90,9 +98,11 @@ __all__ = [
     "STUDY_KEYS",
     "parse_flags",
     "Arm",
+    "Deviation",
     "Study",
     "EXECUTION_KEYS",
     "settings_hash",
+    "load_deviation",
     "load_study",
     "study_from_flags",
     "cell_dir",

@@ -50,7 +50,7 @@ def run_queue(
     live queue has claimed (`claim_cell`) is left to it, so two queues (e.g. one thread each on two cores, each with
     its own --output_dir) can work through the same studies. `seeds` / `arms` (names): only those cells of the
     studies are trained (the studies, and so their tables, keep every seed and arm; a record another study
-    holds is copied for any arm)."""
+    holds is copied for any arm). A study's deviation seeds (`Deviation`) are left to the deviation's study file."""
     if arms is not None:
         known = {arm.name for study in studies for arm in study.arms}
         unknown = [name for name in arms if name not in known]
@@ -61,8 +61,8 @@ def run_queue(
         if seeds is not None and seed not in seeds:
             continue
         for study in studies:
-            if seed not in study.seeds:
-                continue
+            if seed not in study.seeds or (study.deviation and seed in study.deviation.seeds):
+                continue  # a deviation's seeds train in its own study file
             for arm in study.arms:
                 # a record another study holds is copied whatever `arms` says (copying trains nothing: a queue
                 # for the rivals alone still gets the shared reference's cells, and so its paired tables)

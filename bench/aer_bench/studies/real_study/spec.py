@@ -77,6 +77,19 @@ class Arm:
 
 
 @dataclass
+class Deviation:
+    """A deviation from a registered study, written before any of its cells (`deviation.yaml` beside the study file,
+    which stays as registered): the registered `seeds` whose pairs another study file (`study`) trains, e.g. in
+    another precision when the registered one cannot run. The registered study's tables then give its primary
+    endpoint over all its seeds with those pairs taken from `study` (the verdict), and beside it, without a verdict,
+    the registered pairs alone and the deviation's alone; its queue leaves those seeds to `study`."""
+
+    study: Study
+    seeds: list[int]
+    source: Path
+
+
+@dataclass
 class Study:
     arms: list[Arm]
     seeds: list[int]
@@ -91,6 +104,7 @@ class Study:
     eval_long_tokens: int | None = None  # a second held-out sampling at this budget (cut off or never answered)
     primary: dict | None = None  # the pre-registered endpoint: {tier, k} of held-out pass@k, paired to `reference`
     source: Path | None = None  # the study file, if any
+    deviation: Deviation | None = None  # `<records>/deviation.yaml`: seeds whose pairs another study file trains
 
     def tier_sizes(self) -> list[int]:
         """Held-out problems per tier, in tier order."""
@@ -180,7 +194,7 @@ def load_study(path: str | Path) -> Study:
     long_tokens = spec.get("eval_long_tokens")
     if long_tokens is not None and not (isinstance(long_tokens, int) and long_tokens > 0):
         raise ValueError(f"{path}: eval_long_tokens must be a positive integer (a token budget), got {long_tokens!r}")
-    return Study(
+    study = Study(
         arms=arms,
         seeds=seeds,
         records=path.parent,
@@ -195,6 +209,45 @@ def load_study(path: str | Path) -> Study:
         primary=primary,
         source=path,
     )
+    study.deviation = load_deviation(study)
+    return study
+
+
+def load_deviation(study: Study) -> Deviation | None:
+    """`deviation.yaml` beside a study file (`Deviation`), or None. A file that does not say which seeds, names no
+    study file, or whose study trains other arms, another reference or not those seeds is an error naming it."""
+    path = study.records / "deviation.yaml"
+    if not path.is_file():
+        return None
+    spec = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(spec, dict) or set(spec) != {"study", "seeds"}:
+        found = sorted(spec) if isinstance(spec, dict) else type(spec).__name__
+        raise ValueError(f"{path}: a deviation is a mapping with exactly `study` and `seeds`, got {found}")
+    seeds = spec["seeds"]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise ValueError(f"{path}: seeds must be a non-empty list of integers, got {seeds!r}")
+    foreign = sorted(set(seeds) - set(study.seeds))
+    if foreign:
+        raise ValueError(f"{path}: seeds {foreign} are not seeds of the study it changes ({study.source})")
+    other_path = path.parent / str(spec["study"])
+    if not other_path.is_file():
+        raise FileNotFoundError(f"{path}: study {spec['study']!r}: no file {other_path}")
+    other = load_study(other_path)
+    if other.deviation is not None:
+        raise ValueError(f"{path}: {other_path} has a deviation of its own; one deviation deep only")
+    missing = sorted(set(seeds) - set(other.seeds))
+    if missing:
+        raise ValueError(f"{path}: seeds {missing} are not among {other_path}'s seeds {other.seeds}")
+    if [a.name for a in other.arms] != [a.name for a in study.arms] or other.reference != study.reference:
+        raise ValueError(
+            f"{path}: {other_path} must train the same arms {[a.name for a in study.arms]} against the same "
+            f"reference {study.reference!r} (found {[a.name for a in other.arms]}, {other.reference!r})"
+        )
+    evaluation = ("eval_per_tier", "eval_samples", "eval_long_tokens")
+    changed = [k for k in evaluation if getattr(other, k) != getattr(study, k)]
+    if changed:
+        raise ValueError(f"{path}: {other_path} evaluates otherwise ({changed}); its pairs would mix two evaluations")
+    return Deviation(study=other, seeds=list(seeds), source=path)
 
 
 def study_from_flags(args) -> Study:

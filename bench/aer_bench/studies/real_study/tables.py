@@ -134,24 +134,55 @@ def primary_endpoint(cells: list[dict], study: Study, reference: str) -> dict:
     return out
 
 
-def primary_lines(primary: dict, planned: int) -> list[str]:
+def primary_lines(primary: dict, planned: int, label: str = "", beside: tuple = ()) -> list[str]:
+    """The primary endpoint's table. With a deviation (`Deviation`): `label` says which pairs the verdict is read over,
+    and `beside` holds (label, primary_endpoint) rows over other pairs, shown without a verdict of their own (what the
+    rule would say on them alone in brackets, so a disagreement shows)."""
     tier, k, reference = primary["tier"], primary["k"], primary["reference"]
+    which = bool(label or beside)
     lines = [
         "",
         f"Primary endpoint (pre-registered): {TIER_NAMES[tier]} held-out pass@{k}, arm − {reference}, paired by seed.",
         "",
-        "| arm | seeds (of planned) | difference (points) | paired t p | sign test: up / down / ties, p | verdict |",
-        "|---|---|---|---|---|---|",
-    ]
-    for arm, r in primary["arms"].items():
-        s = r["sign"]
-        lines.append(
-            f"| {arm} − {reference} | {r['seeds']} of {planned} | {_fmt(r['mean'], r['half_width'])} | "
-            f"{r['t_p']:.3g} | {s['up']} / {s['down']} / {s['ties']}, {s['p']:.3g} | {r['verdict']}"
-            + ("" if r["seeds"] >= planned else " (interim: the study is not finished)")
-            + " |"
-        )
+        "| arm |" + (" pairs |" if which else "")
+        + " seeds (of planned) | difference (points) | paired t p | sign test: up / down / ties, p | verdict |",
+        "|---|" + ("---|" if which else "") + "---|---|---|---|---|",
+    ]  # fmt: skip
+    rows = [(label, primary, planned)] + [(text, other, None) for text, other in beside]
+    for text, result, planned_here in rows:
+        for arm, r in result["arms"].items():
+            s = r["sign"]
+            if planned_here is None:
+                verdict = f"none: beside the verdict (by the rule alone: {r['verdict']})"
+            else:
+                interim = r["seeds"] < planned_here
+                verdict = r["verdict"] + (" (interim: the study is not finished)" if interim else "")
+            lines.append(
+                f"| {arm} − {reference} |" + (f" {text} |" if which else "")
+                + f" {r['seeds']}" + ("" if planned_here is None else f" of {planned_here}")
+                + f" | {_fmt(r['mean'], r['half_width'])} | {r['t_p']:.3g} | {s['up']} / {s['down']} / {s['ties']}, "
+                f"{s['p']:.3g} | {verdict} |"
+            )  # fmt: skip
     return lines
+
+
+def deviation_sets(cells: list[dict], deviation_cells: list[dict], study: Study) -> list[tuple[str, list[dict]]]:
+    """The cells whose pairs the endpoints are read over, each with a label: the study's own cells when it has no
+    deviation; with one, first all its seeds, the deviation's seeds from the deviation's study (the verdict), then
+    the registered pairs alone and the deviation's alone. A registered cell of a deviation seed (trained before the
+    deviation) stays out of every pair."""
+    dev = study.deviation
+    if dev is None:
+        return [("", cells)]
+    here = [s for s in study.seeds if s not in dev.seeds]
+    kept = [c for c in cells if c["seed"] in here]
+    mine = [c for c in deviation_cells if c["seed"] in dev.seeds]
+    name = dev.study.records.name
+    return [
+        (f"{seed_runs(study.seeds)}: {seed_runs(here)} here, {seed_runs(dev.seeds)} from {name}", kept + mine),
+        (f"{seed_runs(here)} here alone", kept),
+        (f"{seed_runs(dev.seeds)} from {name} alone", mine),
+    ]
 
 
 def solve_profile(cells: list[dict], tier: str, reference: str) -> dict:
@@ -184,13 +215,14 @@ def solve_profile(cells: list[dict], tier: str, reference: str) -> dict:
     return out
 
 
-def solve_profile_lines(profile: dict, reference: str) -> list[str]:
+def solve_profile_lines(profile: dict, reference: str, label: str = "") -> list[str]:
     problems, samples = profile["problems"], profile["samples"]
     head = f"solved in none / one / 2–{samples - 1} / all {samples} samples"
     lines = [
         "",
         f"Descriptive, not pre-registered: the {TIER_NAMES[profile['tier']]} tier's {problems} held-out problems by "
-        f"how many of their {samples} samples solved them, per seed (mean ± 95% half-width).",
+        f"how many of their {samples} samples solved them, per seed (mean ± 95% half-width)"
+        + (f"; seeds {label}." if label else "."),
         "",
         f"| model | seeds | {head.replace(' / ', ' | ')} |",
         "|---|---|---|---|---|---|",
@@ -268,8 +300,28 @@ def _fmt(mean: float, half: float) -> str:
     return f"{mean:.3g}" if math.isnan(half) else f"{mean:.3g} ± {half:.2g}"
 
 
-def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path | None = None) -> dict:
-    """Tables (`study.md`, `study.json` in the records folder) and the figure, from the cells' records alone."""
+def paired_differences(cells: list[dict], reference: str, cols: list) -> dict:
+    """Each arm minus the reference, paired by seed: {arm: {column: (mean, half-width), "seeds": [...]}}."""
+    ref = {c["seed"]: c for c in cells if c["method"] == reference}
+    paired = {}
+    for m in dict.fromkeys(c["method"] for c in cells):
+        if m == reference or not ref:
+            continue
+        mine = {c["seed"]: c for c in cells if c["method"] == m and c["seed"] in ref}
+        paired[m] = {name: interval([f(c) - f(ref[s]) for s, c in sorted(mine.items())]) for name, f in cols}
+        paired[m]["seeds"] = sorted(mine)
+    return paired
+
+
+def aggregate(
+    cells: list[dict],
+    base: dict | None,
+    study: Study,
+    figure: Path | None = None,
+    deviation_cells: list[dict] | None = None,
+) -> dict:
+    """Tables (`study.md`, `study.json` in the records folder) and the figure, from the cells' records alone; with a
+    deviation (`Deviation`), its study's cells (`deviation_cells`) give the pairs of its seeds (`deviation_sets`)."""
     arms = list(dict.fromkeys(c["method"] for c in cells))
     ks = [k for k in KS if k <= study.eval_samples]
     train_cols, eval_cols = COLUMNS, passk_columns(ks, study.eval_long_tokens)
@@ -278,9 +330,9 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
         mine = [c for c in cells if c["method"] == m]
         rows[m] = {"seeds": sorted(c["seed"] for c in mine)}
         rows[m].update({name: interval([f(c) for c in mine]) for name, f in train_cols + eval_cols})
-    paired = {}
     reference = study.reference or ("grpo" if "grpo" in arms else arms[0])
     ref = {c["seed"]: c for c in cells if c["method"] == reference}
+    sets = deviation_sets(cells, deviation_cells or [], study)
     answers = eval_cols[len(ks) + len(TIER_NAMES) :]  # the no-answer shares (and pass@1 at the longer budget)
     compared = eval_cols[:1] + eval_cols[len(ks) - 1 : len(ks)] + answers + train_cols[3:6]
     top = max(ks)
@@ -289,14 +341,8 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
         for t in TIER_NAMES
         for k in (1, top)
     ]
-    for m in arms:
-        if m == reference or not ref:
-            continue
-        mine = {c["seed"]: c for c in cells if c["method"] == m and c["seed"] in ref}
-        paired[m] = {
-            name: interval([f(c) - f(ref[s]) for s, c in sorted(mine.items())]) for name, f in compared + tier_cols
-        }
-        paired[m]["seeds"] = sorted(mine)
+    paired = paired_differences(cells, reference, compared + tier_cols)
+    paired_sets = [(label, paired_differences(chosen, reference, compared + tier_cols)) for label, chosen in sets]
     lines = [f"### {study.title}", ""]
     lines += ["| arm | seeds | " + " | ".join(n for n, _ in train_cols) + " |", "|---" * (len(train_cols) + 2) + "|"]
     for m, row in rows.items():
@@ -318,15 +364,30 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
     for title, cols in blocks if paired else []:
         names = [n for n, _ in cols]
         lines += ["", f"| {title} | seeds | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
-        for m, diffs in paired.items():
-            lines.append(
-                f"| {m} − {reference} | {len(diffs['seeds'])} | " + " | ".join(_fmt(*diffs[n]) for n in names) + " |"
-            )
-    primary = primary_endpoint(cells, study, reference) if study.primary and ref else None
-    if primary is not None:
-        lines += primary_lines(primary, len(study.seeds))
-        profile = solve_profile(cells, primary["tier"], reference)
-        lines += solve_profile_lines(profile, reference)
+        for label, diffs_by_arm in paired_sets if study.deviation else [("", paired)]:
+            for m, diffs in diffs_by_arm.items():
+                lines.append(
+                    f"| {m} − {reference}{f', {label}' if label else ''} | {len(diffs['seeds'])} | "
+                    + " | ".join(_fmt(*diffs[n]) for n in names) + " |"
+                )  # fmt: skip
+    primary = None
+    if study.primary and ref:
+        (label, chosen), beside = sets[0], sets[1:]
+        primary = primary_endpoint(chosen, study, reference)
+        others = [(text, primary_endpoint(more, study, reference)) for text, more in beside if more]
+        lines += primary_lines(primary, len(study.seeds), label, others)
+        profile = solve_profile(chosen, primary["tier"], reference)
+        lines += solve_profile_lines(profile, reference, label)
+        if others:
+            primary = {**primary, "beside": dict(others), "pairs": label}
+    if study.deviation:
+        dev = study.deviation
+        lines += [
+            "",
+            f"Deviation, written before its cells ({dev.source.parent.name}/{dev.source.name}): the pairs of seeds "
+            f"{seed_runs(dev.seeds)} come from {dev.study.records.name} (its study file says why and what changed); "
+            "a cell of this study on those seeds stays out of every pair.",
+        ]
     lines += environment_lines(cells)
     settings = {a.name: {"recipe": a.recipe, **study.settings, **a.settings} for a in study.arms}
     sizes = study.tier_sizes()
@@ -367,6 +428,7 @@ def aggregate(cells: list[dict], base: dict | None, study: Study, figure: Path |
         "base": None if base is None else {**base, "no_answer_share": no_answer_share(base)},
         "rows": rows,
         "paired": paired,
+        **({"paired_sets": dict(paired_sets)} if study.deviation else {}),
         **({"primary": primary, "solve_profile": profile} if primary is not None else {}),
     }
     atomic_write(out / "study.json", json.dumps(summary, indent=1, sort_keys=True, allow_nan=True) + "\n")
@@ -398,6 +460,14 @@ def tables(study: Study) -> dict:
                 cells.append(cell_summary(arm, seed, record))
     if not cells:
         return {}
+    deviation_cells = []
+    if study.deviation is not None:
+        dev = study.deviation
+        for seed in dev.seeds:
+            for arm in dev.study.arms:
+                record = read_record(dev.study, arm, seed)
+                if record is not None:
+                    deviation_cells.append(cell_summary(arm, seed, record))
     base_path = study.records / "base_passk.json"
     base = json.loads(base_path.read_text()) if base_path.is_file() else None
     if base is not None and (mismatch := evaluation_mismatch(study, base)):
@@ -405,7 +475,7 @@ def tables(study: Study) -> dict:
     for path in sorted(study.records.glob("tokens_seed*.json")):  # studies.tokens' records: which tokens carry H
         order = ["untrained", *(arm.name for arm in study.arms)]  # the study's order (the JSON's keys are sorted)
         atomic_write(study.records / f"{path.stem}.md", tokens_table(json.loads(path.read_text()), order))
-    return aggregate(cells, base, study, study.figure)
+    return aggregate(cells, base, study, study.figure, deviation_cells)
 
 
 def replace_block(docs: Path, name: str, body: str) -> bool:
