@@ -342,7 +342,11 @@ def aggregate(
         for k in (1, top)
     ]
     paired = paired_differences(cells, reference, compared + tier_cols)
-    paired_sets = [(label, paired_differences(chosen, reference, compared + tier_cols)) for label, chosen in sets]
+    paired_sets = (
+        [(label, paired_differences(chosen, reference, compared + tier_cols)) for label, chosen in sets]
+        if study.deviation
+        else [("", paired)]
+    )
     lines = [f"### {study.title}", ""]
     lines += ["| arm | seeds | " + " | ".join(n for n, _ in train_cols) + " |", "|---" * (len(train_cols) + 2) + "|"]
     for m, row in rows.items():
@@ -364,7 +368,7 @@ def aggregate(
     for title, cols in blocks if paired else []:
         names = [n for n, _ in cols]
         lines += ["", f"| {title} | seeds | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
-        for label, diffs_by_arm in paired_sets if study.deviation else [("", paired)]:
+        for label, diffs_by_arm in paired_sets:
             for m, diffs in diffs_by_arm.items():
                 lines.append(
                     f"| {m} − {reference}{f', {label}' if label else ''} | {len(diffs['seeds'])} | "
