@@ -680,6 +680,7 @@ def test_a_queue_leaves_a_deviations_seeds_to_the_deviations_study(tmp_path, mon
         ({"study": "../dev/study.yaml", "seeds": [1]}, {}, ValueError, r"seeds \[1\] are not among"),
         ({"study": "../dev/study.yaml", "seeds": [2]}, {"reference": "fixed"}, ValueError, "same reference"),
         ({"study": "../dev/study.yaml", "seeds": [2]}, {"eval_samples": 8}, ValueError, "evaluates otherwise"),
+        ({"study": "study.yaml", "seeds": [2]}, {}, ValueError, "one deviation deep"),  # itself: no endless loop
     ],
 )
 def test_a_bad_deviation_names_its_file_and_what_is_wrong(tmp_path, deviation, dev_extra, error, message):

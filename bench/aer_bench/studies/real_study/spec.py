@@ -145,7 +145,7 @@ def settings_hash(settings: dict) -> str:
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def load_study(path: str | Path) -> Study:
+def load_study(path: str | Path, deviation: bool = True) -> Study:
     """A study file (module docstring). Unknown keys, arms without a recipe and clashing names are errors naming the
     file and the key."""
     path = Path(path)
@@ -209,7 +209,7 @@ def load_study(path: str | Path) -> Study:
         primary=primary,
         source=path,
     )
-    study.deviation = load_deviation(study)
+    study.deviation = load_deviation(study) if deviation else None  # a deviation's own study: not followed
     return study
 
 
@@ -232,8 +232,8 @@ def load_deviation(study: Study) -> Deviation | None:
     other_path = path.parent / str(spec["study"])
     if not other_path.is_file():
         raise FileNotFoundError(f"{path}: study {spec['study']!r}: no file {other_path}")
-    other = load_study(other_path)
-    if other.deviation is not None:
+    other = load_study(other_path, deviation=False)
+    if (other.records / "deviation.yaml").is_file():  # itself, or a chain: never followed
         raise ValueError(f"{path}: {other_path} has a deviation of its own; one deviation deep only")
     missing = sorted(set(seeds) - set(other.seeds))
     if missing:
