@@ -61,6 +61,7 @@ class ResumeMixin:
             if isinstance(cb, ExportableState) and callable(getattr(cb, "restore", None))
         ]
         super()._load_callback_state()
+        self._aer_restore_carried()
         self._restore_callbacks(restorable)
         data = self.state.stateful_callbacks.get(AERCallback.__name__)
         data = data[0] if isinstance(data, list) else data

@@ -42,6 +42,17 @@ from .vllm_support import colocate_on_cpu, colocated_engine_settings, prepare_vl
 
 logger = logging.getLogger(__name__)
 
+# aer/* values set afresh at every logging step from the controller (never carried over from an earlier one)
+LIVE_KEYS = ("aer/alpha", "aer/initial_entropy", "aer/target_entropy")
+
+
+def metric_phase(key: str) -> str:
+    """The part of a rollout batch that measures an aer/* metric: "entropy" (`aer/entropy` and the per-bucket
+    entropies, over the batch's training, at its end) or "rollout" (λ, g(q) and the buckets' shares, at its
+    generation). A logging step carries each phase's last values; a phase that ran since replaces all of them."""
+    entropy = key == "aer/entropy" or (key.startswith("aer/bucket/") and key.endswith("/entropy"))
+    return "entropy" if entropy else "rollout"
+
 
 @dataclass
 class RolloutCapture:
@@ -161,7 +172,9 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
         self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
         self._aer_correctness_index = resolve_correctness_index(args.aer_correctness_reward, self.reward_func_names)
         self._aer_entropy_stats: torch.Tensor | None = None  # local [sum of H over tokens, token count]
-        self._aer_last_metrics: dict[str, float] = {}  # last logged aer/* values, repeated on steps without new ones
+        # per phase (`metric_phase`): the aer/* values last logged, repeated on logging steps where it did not run
+        self._aer_carried: dict[str, dict[str, float]] = {}
+        self._aer_phases_run: set[str] = set()  # the phases that ran since the last logging step
         self.aer_resume_changes: dict[str, tuple] = {}  # settings that differ from the checkpoint resumed from
         self._aer_token_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
         slow = cpu_bf16_warning(self.accelerator.device, args.bf16, self.model)
@@ -240,6 +253,8 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
         output["aer_bucket"] = buckets[process_slice].cpu()
 
         metrics = self._metrics[mode]
+        if mode == "train":
+            self._aer_phases_run.add("rollout")
         metrics["aer/lambda_mean"].append(lam.mean().item())
         # per-difficulty telemetry: where the entropy budget goes (the entropy per bucket is logged per rollout batch)
         for b, name in enumerate(BUCKETS):
@@ -356,6 +371,7 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
             stats = torch.zeros(2 + 2 * len(BUCKETS), device=self.accelerator.device)
         stats = self.accelerator.reduce(stats.to(self.accelerator.device), reduction="sum").tolist()
         self._aer_entropy_stats = None
+        self._aer_phases_run.add("entropy")
         entropy = stats[0] / stats[1] if stats[1] > 0 else float("nan")
         self.aer_callback.submit_entropy(entropy)
         if not math.isnan(entropy):
@@ -366,6 +382,16 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
                 self._metrics["train"][f"aer/bucket/{name}/entropy"].append(stats[2 + b] / stats[2 + n + b])
         return entropy
 
+    def _aer_restore_carried(self) -> None:
+        """On resume: the values logging steps carry come back from the checkpoint's last training log, so the
+        resumed run logs what the uninterrupted one does (checkpoints end a rollout batch: that log holds both
+        phases)."""
+        last = next((h for h in reversed(self.state.log_history) if "loss" in h), {})
+        self._aer_carried, self._aer_phases_run = {}, set()
+        for key, value in last.items():
+            if key.startswith("aer/") and key not in LIVE_KEYS:
+                self._aer_carried.setdefault(metric_phase(key), {})[key] = value
+
     # ------------------------------------------------------------------------------------------------ model card
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
         """TRL's model card for the method actually trained, plus AER's section (`aer_trl.card`)."""
@@ -375,11 +401,14 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.args.aer_measurements and not any(key.startswith("eval_") for key in logs):
             # a logging step without a new rollout batch (steps_per_generation > gradient_accumulation_steps) still
-            # carries every aer/* metric: the value of the last rollout batch (TRL's fresh averages replace these)
-            for key, values in self._metrics["train"].items():
-                if key.startswith("aer/") and values:
-                    self._aer_last_metrics[key] = sum(values) / len(values)
-            logs.update({k: v for k, v in self._aer_last_metrics.items() if k not in logs})
+            # carries every aer/* metric: the value of the last rollout batch (TRL's fresh averages replace these).
+            # A phase that ran replaces all its values: a bucket with no prompts in the latest batch logs none.
+            fresh = {k: sum(v) / len(v) for k, v in self._metrics["train"].items() if k.startswith("aer/") and v}
+            for phase in self._aer_phases_run:
+                self._aer_carried[phase] = {k: v for k, v in fresh.items() if metric_phase(k) == phase}
+            self._aer_phases_run.clear()
+            for values in self._aer_carried.values():
+                logs.update({k: v for k, v in values.items() if k not in logs})
             cb = self.aer_callback
             logs["aer/alpha"] = cb.alpha
             if cb.initial_entropy is not None:

@@ -12,6 +12,15 @@ from tests import helpers
 from tests.helpers import alphas, params, train_aer
 
 
+def aer_logs(trainer, after: int) -> dict[int, dict]:
+    """The aer/* values of each training log after step `after`."""
+    return {
+        h["step"]: {k: v for k, v in h.items() if k.startswith("aer/")}
+        for h in trainer.state.log_history
+        if "loss" in h and h["step"] > after
+    }
+
+
 # ----------------------------------------------------------------------------------------- resume
 @pytest.mark.parametrize("restore_flag", [False, True])
 def test_resume_continues_the_same_alpha_trajectory(tmp_path, tokenizer, restore_flag):
@@ -177,6 +186,9 @@ def test_resume_from_every_checkpoint_at_an_off_policy_geometry(tmp_path, tokeni
         a, b = full.aer_callback.controller, resumed.aer_callback.controller
         assert alphas(resumed) == alphas(full), ckpt.name
         assert (b.initial_entropy, b.target, b.iteration) == (a.initial_entropy, a.target, a.iteration)
+        # and logs what the uninterrupted run logs (the values carried over steps without a new rollout batch too)
+        step = int(ckpt.name.split("-")[1])
+        assert aer_logs(resumed, after=step) == aer_logs(full, after=step), ckpt.name
 
 
 @pytest.mark.slow  # 6-9 s on 2 cores

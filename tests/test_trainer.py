@@ -271,6 +271,26 @@ def test_per_difficulty_telemetry(tmp_path, tokenizer):
             assert h["aer/bucket/solved/lambda"] == 0.0  # solved prompts never get the bonus
 
 
+def test_a_bucket_empty_in_the_latest_rollout_batch_logs_no_value(tmp_path, tokenizer):
+    """Every prompt solved in odd rollout batches, none in even ones: a step logs the accuracy, λ and entropy of the
+    buckets its own batch has, never an earlier batch's (measured before the fix: solved/entropy 0.3491 repeated
+    over 7 steps of a real run whose batches had no solved prompt)."""
+    calls = []
+
+    def alternating(completions, **kwargs):
+        calls.append(None)
+        return [float(len(calls) % 2)] * len(completions)
+
+    trainer = train_aer(tmp_path, tokenizer, reward_funcs=[alternating], max_steps=4, aer_alpha_init=0.1)
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["aer/bucket/solved/share"] for h in logged] == [1.0, 0.0, 1.0, 0.0]
+    for h in logged:
+        for bucket in ("unsolved", "hard", "learning", "solved"):
+            present = h[f"aer/bucket/{bucket}/share"] > 0
+            for metric in ("accuracy", "lambda", "entropy"):
+                assert (f"aer/bucket/{bucket}/{metric}" in h) == present, (h["step"], bucket, metric)
+
+
 # ---------------------------------------------------------------------------------- ours: forking tokens, anchor
 def test_forking_token_bonus_is_grpo_minus_mean_lambda_top_entropy_tokens(tmp_path, tokenizer):
     """aer_bonus_quantile < 1 (method aer_fork): H_i over the batch's top-entropy tokens, computed independently."""
