@@ -18,6 +18,7 @@ import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import get_config_model_id
@@ -176,7 +177,7 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
         self._aer_carried: dict[str, dict[str, float]] = {}
         self._aer_phases_run: set[str] = set()  # the phases that ran since the last logging step
         self.aer_resume_changes: dict[str, tuple] = {}  # settings that differ from the checkpoint resumed from
-        self._aer_token_generator = torch.Generator().manual_seed(args.seed + self.accelerator.process_index)
+        self._aer_draws: tuple[int, str, int] = (-1, "train", 0)  # (optimizer step, mode, hook calls in it so far)
         slow = cpu_bf16_warning(self.accelerator.device, args.bf16, self.model)
         if slow:
             logger.warning(slow)
@@ -296,6 +297,17 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
         entropy over a truncated support does); the controller's H_t is always measured on `entropies`."""
         return entropies
 
+    def _token_generator(self) -> torch.Generator:
+        """The CPU generator of one hook call's random draws (Clip-Cov's tokens): seeded from the run's seed, the
+        process, the optimizer step, train or eval, and the call's place within that step, so it holds no state: a
+        resumed run draws what the uninterrupted one draws, on any number of processes."""
+        mode = "train" if self.model.training else "eval"
+        step, last_mode, calls = self._aer_draws
+        calls = calls + 1 if (step, last_mode) == (self.state.global_step, mode) else 1
+        self._aer_draws = (self.state.global_step, mode, calls)
+        key = [self.args.seed, self.accelerator.process_index, self.state.global_step, mode == "eval", calls]
+        return torch.Generator().manual_seed(int(np.random.SeedSequence(key).generate_state(1)[0]))
+
     def _apply_token_method(self, logps, entropies, inputs: dict):
         """The method's per-token hook (Ent-Adv, Clip-Cov, KL-Cov, or a registered one): TRL's loss reads
         `inputs["advantages"]` right after this call, so the hook hands it per-token advantages and every other term
@@ -307,7 +319,7 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
             old_logps=logps.detach() if old is None else old,
             entropies=entropies,
             mask=self._trained_mask(inputs).to(logps.dtype),
-            generator=self._aer_token_generator,
+            generator=self._token_generator(),
         )
         advantages, metrics = self._aer_method.token_hook(batch, self.args)
         mode = "train" if self.model.training else "eval"

@@ -228,3 +228,17 @@ def test_a_checkpoint_without_optimizer_state_resumes_on_the_learning_rate_sched
     assert "holds no optimizer or scheduler state" in caplog.text
     logged = {r["step"]: r["learning_rate"] for r in resumed.state.log_history if "learning_rate" in r}
     assert logged[3] == pytest.approx(1e-2 * (1 - 2 / 4)) and logged[4] == pytest.approx(1e-2 * (1 - 3 / 4))
+
+
+def test_a_resumed_clip_cov_run_draws_the_tokens_the_uninterrupted_run_draws(tmp_path, tokenizer):
+    """Clip-Cov cuts tokens drawn at random (30% of them here, every token a candidate): the draw after a resume is
+    the uninterrupted run's, so the final weights are equal (measured before the fix: the draw started over from
+    the seed at the resume, and the weights differed)."""
+    common = dict(
+        method="clip_cov", clip_cov_ratio=0.3, clip_cov_lb=-1e9, clip_cov_ub=1e9, max_steps=4, save_strategy="steps",
+        save_steps=2, learning_rate=5e-2,
+    )  # fmt: skip
+    full = train_aer(tmp_path / "full", tokenizer, **common)
+    resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "resumed", **common))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    helpers.assert_same_params(params(resumed.model), params(full.model))
