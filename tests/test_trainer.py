@@ -273,8 +273,8 @@ def test_per_difficulty_telemetry(tmp_path, tokenizer):
 
 def test_a_bucket_empty_in_the_latest_rollout_batch_logs_no_value(tmp_path, tokenizer):
     """Every prompt solved in odd rollout batches, none in even ones: a step logs the accuracy, λ and entropy of the
-    buckets its own batch has, never an earlier batch's (measured before the fix: solved/entropy 0.3491 repeated
-    over 7 steps of a real run whose batches had no solved prompt)."""
+    buckets its own batch has, never an earlier batch's (measured before the fix: the hard bucket's entropy 0.3491
+    repeated over steps 4-10 of a real run whose batches there had no hard prompt)."""
     calls = []
 
     def alternating(completions, **kwargs):
