@@ -23,7 +23,7 @@ _BOOKKEEPING = re.compile(
     r"restore_callback_states_from_checkpoint|disable_tqdm|skip_memory_metrics|local_rank|debug|label_names|"
     r"length_column_name|prediction_loss_only|metric_for_best_model|greater_is_better|load_best_model_at_end|"
     r"batch_eval_metrics|per_device_eval_batch_size|num_generations_eval|num_completions_to_print|"
-    r"torch_empty_cache_steps|ddp_timeout|lab_cache_dir"
+    r"torch_empty_cache_steps|ddp_timeout|lab_cache_dir|vllm_logp_gap_limit"
 )
 
 
@@ -187,6 +187,18 @@ class AERGRPOConfig(GRPOConfig):
             "entropy is in the top aer_bonus_quantile share of the batch's trained tokens (the forking tokens). "
             "1.0: every token (the paper). Method aer_fork defaults it to 0.2 (ours, docs/methods.md). The "
             "controller's measured entropy H_t stays the mean over every token."
+        },
+    )
+    vllm_logp_gap_limit: float | None = field(
+        default=None,
+        metadata={
+            "help": "With vLLM rollouts: the run stops with an error when TRL's "
+            "sampling/sampling_logp_difference/mean "
+            "(mean |log-prob of vLLM − of the trainer| over a rollout batch's tokens) is above this many nats, i.e. "
+            "when the engine no longer samples the policy being trained (a broken weight sync). Unset: by the "
+            "trainer's compute dtype, 1e-3 in float32 and 0.1 under bf16/fp16 (measured healthy: ~1e-5 and up to "
+            "0.022; a broken MoE sync 0.02-0.36, docs/design.md §7). .inf: no check. Needs TRL's "
+            "vllm_importance_sampling_correction (on by default), which measures the gap."
         },
     )
     aer_fixed_target: float | None = field(

@@ -47,6 +47,9 @@ def validate_aer(self) -> None:
     finite("aer_correctness_threshold", self.aer_correctness_threshold)
     if self.aer_fixed_target is not None and finite("aer_fixed_target", self.aer_fixed_target) <= 0:
         raise ValueError(f"aer_fixed_target must be > 0 or None, got {self.aer_fixed_target}")
+    limit = self.vllm_logp_gap_limit
+    if limit is not None and not (isinstance(limit, (int, float)) and not math.isnan(limit) and limit > 0):
+        raise ValueError(f"vllm_logp_gap_limit must be a number of nats > 0 (.inf: no check) or unset, got {limit!r}")
     if isinstance(self.aer_correctness_reward, str) and self.aer_correctness_reward.lstrip("-").isdigit():
         self.aer_correctness_reward = int(self.aer_correctness_reward)  # the CLI passes indices as strings
     if self.num_generations is not None and self.num_generations < 2:

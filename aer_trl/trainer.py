@@ -39,7 +39,13 @@ from .metrics import MetricsFileCallback
 from .registry import TokenBatch, get_method
 from .resume import ResumeMixin, ScheduleResumeCallback
 from .rewards import resolve_correctness_index
-from .vllm_support import colocate_on_cpu, colocated_engine_settings, prepare_vllm_on_cpu
+from .vllm_support import (
+    EngineDriftGuard,
+    colocate_on_cpu,
+    colocated_engine_settings,
+    prepare_vllm_on_cpu,
+    synced_through_reload,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +175,9 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
             prepare_vllm_on_cpu(model, args)
         with colocated_engine_settings(self):  # vLLM in the trainer's dtype, eager on CPU (aer_trl.vllm_support)
             super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
+        if colocate_on_cpu(args):
+            synced_through_reload(self.vllm_generation)  # MoE (and dense) syncs that reach vLLM's CPU kernels
+        self._engine_guard = EngineDriftGuard.for_trainer(self.model, args)  # stops a run whose engine drifted
         self._aer_method = get_method(args.method)
         self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
         self._aer_correctness_index = resolve_correctness_index(args.aer_correctness_reward, self.reward_func_names)
@@ -231,11 +240,13 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        self._engine_guard.before(self._metrics[mode])
         with self._capturing("_rollout_capture", RolloutCapture()) as capture:
             output = super()._generate_and_score_completions(inputs)
+        self._engine_guard.after(self._metrics[mode], self.state.global_step)
         if not self.args.aer_measurements:
             return output
-        mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         rewards = capture.rewards[:, self._aer_correctness_index]
 

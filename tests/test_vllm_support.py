@@ -167,3 +167,47 @@ def test_the_harness_engine_samples_in_the_dtype_its_store_records(tmp_path, mon
                            model_revision=None, top_p=1.0, top_k=0, temperature=1.0)  # fmt: skip
     assert VLLMGenerator._engine(str(tmp_path / "model"), args) == "engine"
     assert built[0]["dtype"] == sampling_dtype("cpu") == run_fingerprint(args, "m", "vllm")["dtype"] == "float32"
+
+
+def test_the_drift_guard_limit_follows_the_compute_dtype_unless_set():
+    import torch
+
+    guard = vllm_support.EngineDriftGuard.for_trainer
+    model = torch.nn.Linear(2, 2)
+    args = dict(use_vllm=True, bf16=False, fp16=False, vllm_logp_gap_limit=None)
+    assert guard(model, SimpleNamespace(**args)).limit == 1e-3  # float32 parameters, no mixed precision
+    assert guard(model, SimpleNamespace(**{**args, "bf16": True})).limit == 0.1
+    assert guard(model, SimpleNamespace(**{**args, "vllm_logp_gap_limit": 0.3})).limit == 0.3
+    assert guard(model, SimpleNamespace(**{**args, "vllm_logp_gap_limit": float("inf")})).limit is None
+    assert guard(model, SimpleNamespace(**{**args, "use_vllm": False})).limit is None  # no engine to guard
+
+
+def test_the_drift_guard_judges_only_the_gap_this_rollout_batch_measured():
+    import pytest
+
+    key = vllm_support.EngineDriftGuard.KEY
+    guard = vllm_support.EngineDriftGuard(1e-3)
+    metrics = {key: [0.5]}  # an earlier batch's value (already judged): not this batch's
+    guard.before(metrics)
+    guard.after(metrics, step=3)  # TRL measured nothing this time (importance-sampling correction off): no verdict
+    guard.before(metrics)
+    metrics[key].append(9e-4)
+    guard.after(metrics, step=4)  # below the limit
+    guard.before(metrics)
+    metrics[key].append(2e-3)
+    with pytest.raises(
+        vllm_support.EngineDriftError, match=r"0\.002 nats .* step 5\), above vllm_logp_gap_limit=0\.001"
+    ):
+        guard.after(metrics, step=5)
+    vllm_support.EngineDriftGuard(None).after(metrics, step=5)  # no limit: never stops
+
+
+def test_the_drift_guard_setting_is_checked_where_the_config_is_built(tmp_path):
+    import pytest
+
+    from aer_trl import AERGRPOConfig
+
+    for bad in (0, -1.0, float("nan"), "x"):
+        with pytest.raises(ValueError, match="vllm_logp_gap_limit must be a number of nats > 0"):
+            AERGRPOConfig(str(tmp_path), use_cpu=True, bf16=False, vllm_logp_gap_limit=bad)
+    assert AERGRPOConfig(str(tmp_path), use_cpu=True, bf16=False, vllm_logp_gap_limit=float("inf"))

@@ -31,3 +31,48 @@ def build_tiny_qwen3(
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     return model
+
+
+def build_tiny_qwen3_moe(
+    tokenizer,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    num_experts: int = 4,
+    experts_per_token: int = 2,
+    expert_size: int = 32,
+    seed: int = 0,
+    **overrides,
+):
+    """A randomly initialised Qwen3-MoE (the architecture of Qwen3-30B-A3B: every layer sparse, top-k routing,
+    normalised top-k weights) sized for CPU, over `tokenizer`'s vocabulary. `output_router_logits` is on, as in
+    Qwen3-30B-A3B's config, so TRL adds the router's load-balancing loss (`router_aux_loss_coef` × aux loss)."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    settings = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        moe_intermediate_size=expert_size,
+        num_experts=num_experts,
+        num_experts_per_tok=experts_per_token,
+        decoder_sparse_step=1,
+        norm_topk_prob=True,
+        output_router_logits=True,
+        router_aux_loss_coef=0.001,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=max(1, num_heads // 2),
+        head_dim=hidden_size // num_heads,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**{**settings, **overrides}))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    return model
