@@ -91,6 +91,34 @@ def test_loss_is_grpo_minus_mean_lambda_entropy(tmp_path, tokenizer, temperature
         assert torch.equal(g_easy[name], g_grpo[name]), name
 
 
+def test_a_mixture_of_experts_loss_counts_the_router_loss_once(tmp_path, tokenizer):
+    """On a MoE (Qwen3-30B-A3B's architecture) TRL adds the router's load-balancing loss, weighted by
+    `router_aux_loss_coef`; AER's loss is TRL's minus the bonus, so the router loss is in it once: AER's loss with
+    the coefficient at 0.5 minus AER's loss at 0 is what TRL's loss moves by, and is not zero."""
+    batch = fixed_batch(tokenizer, [0.6, 0.0, 0.3, 0.0])
+    plain = {k: v for k, v in batch.items() if k != "aer_lambda"}
+    losses = {}
+    for coef in (0.0, 0.5):
+        trainer = AERGRPOTrainer(
+            model=helpers.make_moe_model(tokenizer),
+            reward_funcs=[helpers.even_length_reward],
+            args=helpers.make_config(tmp_path / str(coef), router_aux_loss_coef=coef),
+            train_dataset=helpers.make_dataset(),
+            processing_class=tokenizer,
+        )
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = 1
+        with torch.no_grad():
+            aer = trainer.compute_loss(trainer.model, dict(batch))
+            trl = GRPOTrainer.compute_loss(trainer, trainer.model, dict(plain))
+            bonus = (batch["aer_lambda"] * manual_sequence_entropy(trainer.model, batch, 1.0)).mean()
+        torch.testing.assert_close(aer, trl - bonus, rtol=1e-5, atol=1e-6)
+        losses[coef] = (aer, trl)
+    router = losses[0.5][1] - losses[0.0][1]
+    assert router.abs() > 1e-3  # the router's loss is in play
+    torch.testing.assert_close(losses[0.5][0] - losses[0.0][0], router, rtol=1e-5, atol=1e-6)
+
+
 def test_bonus_is_scaled_for_gradient_accumulation(tmp_path, tokenizer):
     trainer = helpers.make_trainer(
         tokenizer, helpers.make_config(tmp_path, gradient_accumulation_steps=2, per_device_train_batch_size=4)

@@ -47,6 +47,28 @@ class RecordingTrainer(BenchGRPOTrainer):  # the library's trainer plus the benc
         return rewards
 
 
+def parameter_digest(trainer) -> dict:
+    """name -> [sum, sum of squares] of every parameter in float64, gathered whole under ZeRO-3 (a collective: every
+    rank calls it)."""
+    import contextlib
+
+    import torch
+
+    model = (
+        trainer.model_wrapped.module
+        if trainer.is_deepspeed_enabled
+        else trainer.accelerator.unwrap_model(trainer.model)
+    )
+    params = dict(model.named_parameters())
+    gather = contextlib.nullcontext()
+    if trainer.is_deepspeed_enabled:
+        import deepspeed
+
+        gather = deepspeed.zero.GatheredParameters(list(params.values()))
+    with gather, torch.no_grad():
+        return {n: [p.double().sum().item(), p.double().pow(2).sum().item()] for n, p in params.items()}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--output_dir", required=True)
@@ -57,6 +79,8 @@ def main():
     parser.add_argument("--bf16", default="false")
     parser.add_argument("--share_prompt_forward", default="false", help="'true': each rank's shared prompt once")
     parser.add_argument("--share_prompt_generation", default="false", help="'true': each rank's prompt prefilled once")
+    parser.add_argument("--moe", default="false", help="'true': a tiny Qwen3-MoE (router loss on) instead of Qwen3")
+    parser.add_argument("--resume_from", default=None, help="a checkpoint to resume from")
     cli = parser.parse_args()
     passk = None
     if cli.eval_bench:
@@ -82,8 +106,11 @@ def main():
         share_prompt_forward=cli.share_prompt_forward.lower() == "true",
         share_prompt_generation=cli.share_prompt_generation.lower() == "true",
     )
+    moe = cli.moe.lower() == "true"
     trainer = RecordingTrainer(
-        model=helpers.make_model(tokenizer, hidden_size=64),
+        model=helpers.make_moe_model(tokenizer, hidden_size=64)
+        if moe
+        else helpers.make_model(tokenizer, hidden_size=64),
         reward_funcs=[helpers.even_length_reward],
         args=args,
         train_dataset=helpers.make_dataset(),
@@ -91,13 +118,14 @@ def main():
         callbacks=[passk] if passk else None,
     )
     trainer.rollouts = []
-    trainer.train()
+    trainer.train(resume_from_checkpoint=cli.resume_from)
 
     sharded = None
     if trainer.is_deepspeed_enabled:
         engine_params = list(trainer.model_wrapped.module.parameters())
         sharded = all(hasattr(p, "ds_tensor") and p.ds_tensor.numel() < p.ds_numel for p in engine_params)
     rank = trainer.accelerator.process_index
+    digest = parameter_digest(trainer)
     record = {
         "rank": rank,
         "world_size": trainer.accelerator.num_processes,
@@ -113,6 +141,8 @@ def main():
         "passk_best_step": passk.best_step if passk else None,
         "num_generations": args.num_generations,
         "rho": args.aer_rho,
+        "parameters": digest,  # every parameter, whole (gathered under ZeRO-3): name -> [sum, sum of squares]
+        "train_logs": [h for h in trainer.state.log_history if "loss" in h],
     }
     with open(os.path.join(cli.output_dir, f"rank{rank}.json"), "w") as f:
         json.dump(record, f)
