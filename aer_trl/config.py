@@ -189,6 +189,15 @@ class AERGRPOConfig(GRPOConfig):
             "controller's measured entropy H_t stays the mean over every token."
         },
     )
+    chat_template_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "The chat template that formats conversational prompts (as TRL's SFTConfig field of this name): "
+            "a Jinja file, or 'plain' (a base model: Question:/Answer: turns after one BOS). It replaces the "
+            "tokenizer's own and is saved with it in every checkpoint. Needed for a tokenizer without a template "
+            "(a base model such as Llama-3.1-8B): without one the trainer refuses to start."
+        },
+    )
     vllm_logp_gap_limit: float | None = field(
         default=None,
         metadata={

@@ -36,6 +36,7 @@ from .controller import (
     sequence_entropy,
 )
 from .metrics import MetricsFileCallback
+from .prompts import prompts_are_conversational, set_chat_template
 from .registry import TokenBatch, get_method
 from .resume import ResumeMixin, ScheduleResumeCallback
 from .rewards import resolve_correctness_index
@@ -175,6 +176,9 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
             prepare_vllm_on_cpu(model, args)
         with colocated_engine_settings(self):  # vLLM in the trainer's dtype, eager on CPU (aer_trl.vllm_support)
             super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
+        set_chat_template(
+            self.processing_class, args.chat_template_path, prompts_are_conversational(self.train_dataset)
+        )
         if colocate_on_cpu(args):
             synced_through_reload(self.vllm_generation)  # MoE (and dense) syncs that reach vLLM's CPU kernels
         self._engine_guard = EngineDriftGuard.for_trainer(self.model, args)  # stops a run whose engine drifted

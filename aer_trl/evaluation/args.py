@@ -56,6 +56,15 @@ class EvalArguments(PromptArguments):
             "(their fingerprints are listed in metrics.json). Off: such records are ignored and regenerated."
         },
     )
+    chat_template_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "The chat template the prompts are formatted with, as the run trained with it (the training "
+            "config's key of the same name): a Jinja file, or 'plain' for a base model. Unset: the tokenizer's own (a "
+            "checkpoint's tokenizer carries the template it was trained with); a tokenizer without one sees its "
+            "prompts as plain text."
+        },
+    )
     chat_template_kwargs: dict | str | None = field(
         default=None,
         metadata={

@@ -45,15 +45,20 @@ def check_model(model: str, field: str = "models") -> None:
         raise FileNotFoundError(f"{field}: no model folder {model!r} (and it is not a Hugging Face Hub id)")
 
 
-def load_tokenizer(model: str):
+def load_tokenizer(model: str, chat_template_path: str | None = None):
+    """The model's tokenizer, with `chat_template_path`'s template where given (`EvalArguments`)."""
     from transformers import AutoTokenizer
 
+    from ..prompts import set_chat_template
+
     try:
-        return AutoTokenizer.from_pretrained(model)
+        tokenizer = AutoTokenizer.from_pretrained(model)
     except OSError as e:
         raise FileNotFoundError(
             f"models: could not load {model!r} as a local folder or a Hub model reachable from here: {e}"
         ) from e
+    set_chat_template(tokenizer, chat_template_path, conversational=False)
+    return tokenizer
 
 
 class TransformersGenerator:
@@ -72,7 +77,7 @@ class TransformersGenerator:
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model = AutoModelForCausalLM.from_pretrained(model_name, dtype=sampling_dtype(device)).to(device).eval()
-        return cls(model, load_tokenizer(model_name), args)
+        return cls(model, load_tokenizer(model_name, getattr(args, "chat_template_path", None)), args)
 
     def __call__(self, texts: list[str], seed: int) -> list[list[str]]:
         a = self.args
@@ -104,7 +109,11 @@ class VLLMGenerator:
 
     def __init__(self, llm, args):
         """`llm`: a `vllm.LLM` (`from_pretrained` builds one; validation during training passes the run's own)."""
+        from ..prompts import set_chat_template
+
         self.llm, self.args = llm, args
+        # the prompt texts came through this template: their ids are encoded as its output (`prompt_ids`)
+        set_chat_template(llm.get_tokenizer(), getattr(args, "chat_template_path", None), conversational=False)
 
     @staticmethod
     def _engine(model_name: str, args):

@@ -139,7 +139,7 @@ def make_plans(args, backend: str) -> list[Plan]:
     args.models = [resolve_model(m) for m in args.models]  # a .gguf file becomes a cached model folder
     plans = []
     for model in args.models:
-        tokenizer = load_tokenizer(model)
+        tokenizer = load_tokenizer(model, args.chat_template_path)
         fingerprint = run_fingerprint(args, model, backend, tokenizer)
         for bench in args.benchmarks:
             problems = load_problems(bench, args, tokenizer)

@@ -150,6 +150,9 @@ class PassAtKCallback(TrainerCallback, ExportableState):
                 f"with {self.eval_args.chat_template_kwargs!r}; pass chat_template_kwargs={trained!r} so that "
                 "validation measures the prompts the run trains on"
             )
+        # the run's chat template (set on its tokenizer, which validation formats with): a vLLM engine's own tokenizer
+        # gets it too, so the prompt ids are the template's (one BOS), as the run's rollouts
+        self.eval_args.chat_template_path = getattr(args, "chat_template_path", None)
         if self.best_step is None and state.best_global_step and not self._restored:  # resumed without its state
             self.best_step, self.best_pass_at_1 = state.best_global_step, state.best_metric
         if args.save_strategy == "no":
