@@ -198,6 +198,14 @@ class AERGRPOConfig(GRPOConfig):
             "(a base model such as Llama-3.1-8B): without one the trainer refuses to start."
         },
     )
+    vllm_enable_expert_parallel: bool = field(
+        default=False,
+        metadata={
+            "help": "vLLM colocate mode: shard a mixture of experts' experts over the engine's tensor-parallel ranks "
+            "(vLLM's enable_expert_parallel) instead of slicing every expert. Server mode: pass vLLM's own "
+            "--enable-expert-parallel to `trl vllm-serve` (or `vllm serve`), which forwards it (docs/gpu.md)."
+        },
+    )
     vllm_logp_gap_limit: float | None = field(
         default=None,
         metadata={

@@ -262,7 +262,8 @@ def compute_dtype(model, args) -> str | None:
 @contextmanager
 def colocated_engine_settings(trainer):
     """While TRL builds its colocated vLLM engine (`trl.generation.vllm_generation.LLM(...)`, inside
-    `GRPOTrainer.__init__`): the engine gets `dtype=` the trainer's compute dtype, read from `trainer.model` and
+    `GRPOTrainer.__init__`): the engine gets `enable_expert_parallel=True` where `vllm_enable_expert_parallel` asks
+    for it, `dtype=` the trainer's compute dtype, read from `trainer.model` and
     `trainer.args` when the engine is built, and on the CPU `enforce_eager=True` (module docstring). A dtype already
     given, and a quantized model, are left as they are; so is an `enforce_eager` already given. Without vLLM
     installed, nothing to do."""
@@ -277,6 +278,8 @@ def colocated_engine_settings(trainer):
         return
 
     def build(*args, **kwargs):
+        if getattr(trainer.args, "vllm_enable_expert_parallel", False):
+            kwargs.setdefault("enable_expert_parallel", True)  # TRL passes no such argument
         if "dtype" not in kwargs and kwargs.get("quantization") is None:
             dtype = compute_dtype(trainer.model, trainer.args)
             if dtype is not None:

@@ -211,3 +211,26 @@ def test_the_drift_guard_setting_is_checked_where_the_config_is_built(tmp_path):
         with pytest.raises(ValueError, match="vllm_logp_gap_limit must be a number of nats > 0"):
             AERGRPOConfig(str(tmp_path), use_cpu=True, bf16=False, vllm_logp_gap_limit=bad)
     assert AERGRPOConfig(str(tmp_path), use_cpu=True, bf16=False, vllm_logp_gap_limit=float("inf"))
+
+
+def test_expert_parallel_reaches_the_colocated_engine_and_the_server(monkeypatch):
+    """`vllm_enable_expert_parallel` in colocate mode: TRL builds the engine without the argument; the trainer's setting adds
+    it. Server mode: `trl vllm-serve` forwards arguments it does not know to `vllm serve`, vLLM's own flag included."""
+    import torch
+    from trl.generation import vllm_generation
+    from trl.scripts import vllm_serve
+
+    built = []
+    monkeypatch.setattr(vllm_generation, "LLM", lambda **kwargs: built.append(kwargs), raising=False)
+    for on in (True, False):
+        args = SimpleNamespace(bf16=True, fp16=False, vllm_enable_expert_parallel=on)
+        with vllm_support.colocated_engine_settings(SimpleNamespace(model=torch.nn.Linear(2, 2), args=args)):
+            vllm_generation.LLM(model="m")
+    assert [b.get("enable_expert_parallel") for b in built] == [True, None]
+    parser = vllm_serve.make_parser()
+    script_args, extra = parser.parse_args_and_config(
+        args=["--model", "Qwen/Qwen3-30B-A3B-Base", "--data_parallel_size", "4", "--enable-expert-parallel"],
+        return_remaining_strings=True,
+    )
+    command = vllm_serve.build_command(script_args, extra)
+    assert "--enable-expert-parallel" in command and command[command.index("--data-parallel-size") + 1] == "4"
