@@ -37,6 +37,9 @@ SETTINGS = {
     "smollm2_135m_instruct/arithmetic/aer.yaml": ["grpo", "clip_higher", "clip_cov", "kl_cov", "skywork"],
     "smollm2_135m_instruct/arithmetic_gpu/aer.yaml": ["grpo", "clip_cov", "kl_cov"],
     "qwen3_8b_base/dapo_math_17k/aer.yaml": ["grpo", "clip_higher"],
+    # the appendix (table "Scalability and Generalization Analysis"): GRPO, Clip-Higher and AER
+    "qwen3_30b_a3b_base/deepscaler/aer.yaml": ["grpo", "clip_higher"],
+    "llama3_1_8b_base/deepscaler/aer.yaml": ["grpo", "clip_higher"],
 }
 
 

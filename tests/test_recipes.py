@@ -34,22 +34,46 @@ def test_every_recipe_loads_in_strict_mode(recipe):
         assert training_args.method == recipe.stem
 
 
+# the paper-scale settings (folder) -> the GPUs their batch arithmetic is written for, and the model
+PAPER_SETTINGS = {
+    "qwen3_4b_base": (8, "Qwen/Qwen3-4B-Base"),
+    "qwen3_8b_base": (8, "Qwen/Qwen3-8B-Base"),
+    "qwen3_30b_a3b_base": (16, "Qwen/Qwen3-30B-A3B-Base"),  # the appendix's MoE: 488 GB of ZeRO-3 state
+    "llama3_1_8b_base": (8, "meta-llama/Llama-3.1-8B"),  # the appendix's base model of another family
+}
+
+
 def test_paper_recipes_carry_the_papers_hyperparameters():
-    paper = [r for r in RECIPES if "qwen3" in r.parts[-3] and r.stem == "aer"]
-    assert len(paper) == 4
+    paper = [r for r in RECIPES if r.parts[-3] in PAPER_SETTINGS and r.stem == "aer"]
+    assert len(paper) == 6
     for recipe in paper:
         _, args, model = parse(recipe)
+        gpus, model_id = PAPER_SETTINGS[recipe.parts[-3]]
         assert args.learning_rate == 1e-6 and args.beta == 0.0 and args.max_completion_length == 8192
         assert (args.aer_rho, args.aer_tau, args.aer_eta) == (0.2, 0.4, 0.005)
         assert args.use_vllm and args.vllm_mode == "colocate"
-        per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * 8 // args.num_generations
-        per_rollout = args.per_device_train_batch_size * args.steps_per_generation * 8 // args.num_generations
-        assert (per_step, per_rollout) == (32, 128)  # prompts per optimizer step / per rollout batch on 8 GPUs
-        assert model.model_name_or_path.startswith("Qwen/Qwen3-")
+        per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * gpus // args.num_generations
+        per_rollout = args.per_device_train_batch_size * args.steps_per_generation * gpus // args.num_generations
+        assert (per_step, per_rollout) == (32, 128)  # prompts per optimizer step / per rollout batch
+        assert model.model_name_or_path == model_id
+        assert f"{gpus} GPUs" in recipe.read_text()  # the header's batch arithmetic is for that count
+
+
+@pytest.mark.parametrize("method", ["aer", "grpo", "clip_higher"])
+def test_the_appendix_rows_have_recipes_with_their_models_needs(method):
+    """Qwen3-30B-A3B and Llama-3.1-8B-Base, each with the three methods the appendix compares. The MoE: the router
+    loss set explicitly (none, docs/design.md), vLLM with tensor and expert parallelism; the base model: the plain
+    prompt template, a stop where it would begin a next question, vLLM's context kept to the run's."""
+    _, moe, _ = parse(recipes_dir() / "qwen3_30b_a3b_base" / "deepscaler" / f"{method}.yaml")
+    assert moe.router_aux_loss_coef == 0.0 and moe.vllm_enable_expert_parallel and moe.vllm_tensor_parallel_size == 4
+    _, llama, _ = parse(recipes_dir() / "llama3_1_8b_base" / "deepscaler" / f"{method}.yaml")
+    assert llama.chat_template_path == "plain" and llama.generation_kwargs == {"stop": ["\nQuestion:"]}
+    for args in (moe, llama):
+        assert args.method == method and args.vllm_max_model_length == 9216 and args.max_steps < 500
 
 
 @pytest.mark.parametrize(
-    "recipe", [r for r in RECIPES if "qwen3" in r.parts[-3]], ids=lambda p: p.parts[-3] + "/" + p.name
+    "recipe", [r for r in RECIPES if r.parts[-3] in PAPER_SETTINGS], ids=lambda p: p.parts[-3] + "/" + p.name
 )
 def test_paper_recipes_have_a_budget_and_validate_through_vllm(recipe):
     """Every paper-scale recipe (AER and its generated baselines): a bounded run, validation at the paper's cadence

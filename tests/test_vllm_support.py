@@ -214,8 +214,9 @@ def test_the_drift_guard_setting_is_checked_where_the_config_is_built(tmp_path):
 
 
 def test_expert_parallel_reaches_the_colocated_engine_and_the_server(monkeypatch):
-    """`vllm_enable_expert_parallel` in colocate mode: TRL builds the engine without the argument; the trainer's setting adds
-    it. Server mode: `trl vllm-serve` forwards arguments it does not know to `vllm serve`, vLLM's own flag included."""
+    """`vllm_enable_expert_parallel` in colocate mode: TRL builds the engine without the argument; the trainer's
+    setting adds it. Server mode: `trl vllm-serve` forwards arguments it does not know to `vllm serve`, vLLM's own
+    flag included."""
     import torch
     from trl.generation import vllm_generation
     from trl.scripts import vllm_serve
