@@ -126,3 +126,18 @@ def test_the_repositorys_recipe_folders_are_the_packages():
         recipe_path(gsm8k, "nope")
     with pytest.raises(FileNotFoundError, match="no recipe folder 'nowhere'"):
         recipes_dir("nowhere")
+
+
+@pytest.mark.parametrize("recipe", sorted((ROOT / "recipes" / "eval").glob("appendix_*.yaml")), ids=lambda p: p.name)
+def test_the_appendix_evaluation_recipes_carry_its_protocol(recipe):
+    """mean@32 / pass@32 on AIME24 and AIME25, mean@8 / pass@8 on MATH500 and AMC23, rows Base, GRPO, Clip-Higher,
+    AER, laid out as the appendix table; the base model's with the template its runs trained with."""
+    from aer_trl.evaluation import EvalArguments
+    from aer_trl.evaluation.args import sample_groups
+
+    (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=["--config", str(recipe)])
+    runs = {tuple(run.benchmarks): run.num_samples for run in sample_groups(args)}
+    assert runs == {("aime24", "aime25"): 32, ("math500", "amc23"): 8}
+    assert all(run.num_samples in run.k_list for run in sample_groups(args))  # pass@n is scored
+    assert args.table == "appendix" and args.model_labels[0] == "Base" and len(args.models) == 4
+    assert (args.chat_template_path == "plain") == ("llama" in recipe.name)

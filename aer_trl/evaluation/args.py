@@ -25,10 +25,29 @@ class EvalArguments(PromptArguments):
     )
     output_dir: str = field(default="runs/eval", metadata={"help": "Where generations, metrics and plots go."})
     num_samples: int = field(default=32, metadata={"help": "n: samples per problem."})
+    num_samples_per_benchmark: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "n for some benchmarks, by name ({aime24: 32, math500: 8}: the paper's appendix; JSON on the "
+            "command line); the others take num_samples. Each benchmark is scored up to its own n."
+        },
+    )
     k_list: list[int] = field(
         default_factory=lambda: [1, 2, 4, 8, 16, 32], metadata={"help": "k values of pass@k (each <= num_samples)."}
     )
     report_k: int | None = field(default=None, metadata={"help": "k of the table's pass@k column (default: max k)."})
+    table: str = field(
+        default="pass",
+        metadata={
+            "help": "table.md's layout: 'pass' (the paper's Table 1: pass@1 and pass@report_k per benchmark, and "
+            "their averages) or 'appendix' (its appendix table: mean@n and pass@n per benchmark, n that benchmark's "
+            "samples)."
+        },
+    )
+    model_labels: list[str] | None = field(
+        default=None,
+        metadata={"help": "The table's row names, one per model in order (e.g. Base, GRPO, Clip-Higher, AER)."},
+    )
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling top-p."})
     top_k: int = field(
@@ -83,9 +102,33 @@ class EvalArguments(PromptArguments):
             raise ValueError(f"chat_template_kwargs must be a mapping, got {self.chat_template_kwargs!r}")
         if self.num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {self.num_samples}")
-        bad = [k for k in self.k_list if not 1 <= k <= self.num_samples]
+        per_bench = self.num_samples_per_benchmark
+        if isinstance(per_bench, str):
+            try:
+                per_bench = self.num_samples_per_benchmark = json.loads(per_bench)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"num_samples_per_benchmark: not JSON ({err.msg}): {per_bench!r}") from err
+        if per_bench is not None:
+            if not isinstance(per_bench, dict):
+                raise ValueError(f"num_samples_per_benchmark must map benchmarks to n, got {per_bench!r}")
+            unknown = sorted(set(per_bench) - set(self.benchmarks))
+            if unknown:
+                raise ValueError(
+                    f"num_samples_per_benchmark names {unknown}, which are not among benchmarks {self.benchmarks}"
+                )
+            wrong = {b: n for b, n in per_bench.items() if isinstance(n, bool) or not isinstance(n, int) or n < 1}
+            if wrong:
+                raise ValueError(f"num_samples_per_benchmark: every n must be an integer >= 1, got {wrong}")
+        most = max([self.num_samples, *(per_bench or {}).values()])
+        bad = [k for k in self.k_list if not 1 <= k <= most]
         if bad:
-            raise ValueError(f"k_list: every k must be in [1, num_samples={self.num_samples}], got {bad}")
+            raise ValueError(f"k_list: every k must be in [1, the largest number of samples={most}], got {bad}")
+        if self.table not in ("pass", "appendix"):
+            raise ValueError(f"table must be 'pass' or 'appendix', got {self.table!r}")
+        if self.model_labels is not None and len(self.model_labels) != len(self.models):
+            raise ValueError(
+                f"model_labels: one label per model ({len(self.models)} models), got {len(self.model_labels)}"
+            )
         if self.report_k is not None and self.report_k not in self.k_list:
             raise ValueError(f"report_k must be one of k_list {self.k_list}, got {self.report_k}")
         if self.backend not in ("auto", "vllm", "transformers"):
@@ -96,3 +139,27 @@ class EvalArguments(PromptArguments):
             raise ValueError(f"top_k must be >= 0 (0: no top-k), got {self.top_k}")
         if self.max_problems is not None and self.max_problems < 1:
             raise ValueError(f"max_problems must be >= 1 or None, got {self.max_problems}")
+
+
+def sample_groups(args: EvalArguments) -> list[EvalArguments]:
+    """The evaluation as runs of one sample count each (`num_samples_per_benchmark`): each takes the benchmarks with
+    that n, the k of `k_list` up to n and n itself (the appendix reports pass@n). One run where every benchmark has
+    `num_samples`, which is then `args` itself."""
+    from dataclasses import replace
+
+    counts = args.num_samples_per_benchmark or {}
+    by_n: dict[int, list[str]] = {}
+    for bench in args.benchmarks:
+        by_n.setdefault(counts.get(bench, args.num_samples), []).append(bench)
+    if list(by_n) == [args.num_samples]:
+        return [args]
+    runs = []
+    for n, benches in by_n.items():
+        ks = sorted({k for k in args.k_list if k <= n} | {n})
+        report_k = args.report_k if args.report_k in ks else None
+        runs.append(
+            replace(
+                args, benchmarks=benches, num_samples=n, num_samples_per_benchmark=None, k_list=ks, report_k=report_k
+            )
+        )
+    return runs

@@ -19,9 +19,10 @@ import os
 import torch
 
 from ..io import lock_folder
-from .args import EvalArguments
+from .args import EvalArguments, sample_groups
 from .backends import TransformersGenerator, VLLMGenerator, check_model, choose_backend, default_factory
 from .plan import Plan, Problem, generate_missing, load_problems, make_plans, prompt_text, run_workers
+from .reports import write_reports
 from .scoring import judge, score
 
 __all__ = [
@@ -56,13 +57,19 @@ def evaluate(args: EvalArguments, generator_factory=None) -> dict:
     )
     try:
         backend = choose_backend(args.backend)
-        plans = make_plans(args, backend)
-        workers = args.data_parallel or (torch.cuda.device_count() if backend == "vllm" else 1)
-        if generator_factory is not None or workers <= 1:
-            generate_missing(args, plans, generator_factory or default_factory(backend))
-        else:
-            run_workers(args, plans, backend, workers, lock)
-        return score(args, plans)
+        metrics: dict = {}
+        for run in sample_groups(args):  # one run per sample count (the appendix: 32 on AIME, 8 on the others)
+            plans = make_plans(run, backend)
+            workers = run.data_parallel or (torch.cuda.device_count() if backend == "vllm" else 1)
+            if generator_factory is not None or workers <= 1:
+                generate_missing(run, plans, generator_factory or default_factory(backend))
+            else:
+                run_workers(run, plans, backend, workers, lock)
+            for model, per_bench in score(run, plans).items():
+                metrics.setdefault(model, {}).update(per_bench)
+        if args.num_samples_per_benchmark:
+            write_reports(args, metrics)  # the table over every benchmark, laid out as `args` asks
+        return metrics
     finally:
         if lock is not None:
             os.close(lock)

@@ -35,9 +35,51 @@ def _stem(bench: str) -> str:
     return Path(bench).stem
 
 
+def _label(model_name: str, args: EvalArguments) -> str:
+    """A model's row name: its `model_labels` entry (by its place in `models`), else its folder's name."""
+    if args.model_labels and model_name in args.models:
+        return args.model_labels[args.models.index(model_name)]
+    return Path(model_name).name
+
+
+def appendix_table(metrics: dict, args: EvalArguments) -> str:
+    """The paper's appendix table: rows the models (Base, GRPO, Clip-Higher, AER); for each benchmark mean@n and
+    pass@n in %, n that benchmark's number of samples (32 on AIME, 8 on MATH500 and AMC23), then the cells' sources."""
+    benches = list(dict.fromkeys(b for per_bench in metrics.values() for b in per_bench))
+    n_of = {b: next(per[b]["num_samples"] for per in metrics.values() if b in per) for b in benches}
+    head = "| Method | " + " | ".join(f"{_stem(b)} mean@{n_of[b]} | {_stem(b)} pass@{n_of[b]}" for b in benches) + " |"
+    lines, notes = [head, "|---" * (2 * len(benches) + 1) + "|"], []
+    for model_name, per_bench in metrics.items():
+        cells = []
+        for b in benches:
+            m = per_bench.get(b)
+            if m is None or m["num_samples"] != n_of[b] or f"pass@{n_of[b]}" not in m:
+                cells += ["–", "–"]  # missing, or scored from another number of samples: not this column's
+                continue
+            cells += [f"{100 * m['mean@n']:.1f}", f"{100 * m[f'pass@{n_of[b]}']:.1f}"]
+            fp = m["fingerprint"]
+            notes.append(
+                f"| {_label(model_name, args)} | {_stem(b)} | {m['num_problems']} | {m['num_samples']} | "
+                f"{fp['temperature']} | {fp['max_new_tokens']} | {fp['id']} |"
+            )
+        lines.append(f"| {_label(model_name, args)} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "mean@n: the mean accuracy over the n samples of each problem; pass@n: the share of problems solved by at "
+        "least one of them; in %.",
+        "",
+        "| Method | benchmark | problems | n | temperature | max new tokens | fingerprint |",
+        "|---|---|---|---|---|---|---|",
+        *notes,
+    ]
+    return "\n".join(lines)
+
+
 def markdown_table(metrics: dict, args: EvalArguments) -> str:
     """Rows: models; for each benchmark and their average, pass@1 and pass@report_k in % (the paper's Table 1),
-    then what each cell was computed from (n, problems)."""
+    then what each cell was computed from (n, problems). `table: appendix`: `appendix_table`."""
+    if args.table == "appendix":
+        return appendix_table(metrics, args)
     k = args.report_k or max(args.k_list)
     benches = list(dict.fromkeys(b for per_bench in metrics.values() for b in per_bench))
     head = "| Method | " + " | ".join(f"{_stem(b)} pass@1 | {_stem(b)} pass@{k}" for b in benches)
@@ -59,11 +101,11 @@ def markdown_table(metrics: dict, args: EvalArguments) -> str:
                 cells.append("–")
             fp = m["fingerprint"]
             notes.append(
-                f"| {Path(model_name).name} | {_stem(b)} | {m['num_problems']} | {m.get('num_samples', '?')} | "
+                f"| {_label(model_name, args)} | {_stem(b)} | {m['num_problems']} | {m.get('num_samples', '?')} | "
                 f"{fp['temperature']} | {fp['max_new_tokens']} | {fp['id']} |"
             )
         avg = [f"{100 * sum(x) / len(x):.1f}" if len(x) == len(benches) else "–" for x in (p1, pk)]
-        lines.append(f"| {Path(model_name).name} | " + " | ".join(cells + avg) + " |")
+        lines.append(f"| {_label(model_name, args)} | " + " | ".join(cells + avg) + " |")
     lines += [
         "",
         f"pass@k in %, unbiased estimator over n samples per problem; averages only over rows with every benchmark "
