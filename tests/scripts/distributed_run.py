@@ -9,8 +9,11 @@ import argparse
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+from transformers import TrainerCallback  # noqa: E402
 
 from aer_bench.training import BenchGRPOTrainer  # noqa: E402
 from tests import helpers  # noqa: E402
@@ -47,6 +50,16 @@ class RecordingTrainer(BenchGRPOTrainer):  # the library's trainer plus the benc
         return rewards
 
 
+class Delay(TrainerCallback):
+    """Slows each optimizer step (a window to stop a "machine" in mid-run: tests/test_multinode.py)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def on_step_end(self, args, state, control, **kwargs):
+        time.sleep(self.seconds)
+
+
 def parameter_digest(trainer) -> dict:
     """name -> [sum, sum of squares] of every parameter in float64, gathered whole under ZeRO-3 (a collective: every
     rank calls it)."""
@@ -81,6 +94,7 @@ def main():
     parser.add_argument("--share_prompt_generation", default="false", help="'true': each rank's prompt prefilled once")
     parser.add_argument("--moe", default="false", help="'true': a tiny Qwen3-MoE (router loss on) instead of Qwen3")
     parser.add_argument("--resume_from", default=None, help="a checkpoint to resume from")
+    parser.add_argument("--step_delay", type=float, default=0.0, help="seconds to wait after each optimizer step")
     cli = parser.parse_args()
     passk = None
     if cli.eval_bench:
@@ -115,7 +129,7 @@ def main():
         args=args,
         train_dataset=helpers.make_dataset(),
         processing_class=tokenizer,
-        callbacks=[passk] if passk else None,
+        callbacks=[cb for cb in (passk, Delay(cli.step_delay) if cli.step_delay else None) if cb],
     )
     trainer.rollouts = []
     trainer.train(resume_from_checkpoint=cli.resume_from)

@@ -1,0 +1,179 @@
+"""Two machines on this one: two launchers (`aer_trl.launch.node_command`, the command the SLURM script runs on each
+node) as machine ranks 0 and 1 on 127.0.0.1, one CPU process each, DeepSpeed ZeRO-3 over gloo. One "machine" is
+killed in mid-run; the other must stop with an error, not hang; both then resume from the last checkpoint, AER's
+controller state with it."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aer_trl.launch import node_command
+from tests.test_distributed import ROOT, SCRIPT, free_port
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+ZERO3 = ["--use_deepspeed", "--deepspeed_config_file", str(ROOT / "tests" / "data" / "zero3_cpu.json")]
+ZERO3 += ["--zero3_init_flag", "true"]
+
+
+def start_machines(out: Path, port: int, *script_args: str) -> list[subprocess.Popen]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    machines = []
+    for rank in (0, 1):
+        command = node_command(
+            [str(SCRIPT), "--output_dir", str(out), *script_args],
+            num_machines=2,
+            gpus_per_machine=1,
+            machine_rank=rank,
+            main_process_ip="127.0.0.1",
+            main_process_port=port,
+            launcher_args=ZERO3,
+            cpu=True,
+        )
+        log = open(out.parent / f"{out.name}.machine{rank}.log", "w")  # noqa: SIM115 (closed with the process)
+        machines.append(
+            subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        )
+    return machines
+
+
+def wait(machine: subprocess.Popen, seconds: float) -> int | None:
+    try:
+        return machine.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def kill(machine: subprocess.Popen) -> None:
+    """The machine is lost: its launcher and every process under it (torch's elastic agent starts the training
+    process in a session of its own, so the launcher's process group alone leaves it running)."""
+    import psutil
+
+    try:
+        processes = [psutil.Process(machine.pid), *psutil.Process(machine.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        processes = []
+    for process in processes:
+        try:
+            process.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    machine.wait()
+
+
+def test_two_machines_on_localhost_survive_the_loss_of_one_and_resume(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    common = ["--max_steps", "6", "--save_steps", "2"]
+    machines = start_machines(out, free_port(), *common, "--step_delay", "3")
+    try:
+        deadline = time.monotonic() + 600
+        while not (out / "checkpoint-2" / "trainer_state.json").exists():
+            assert all(m.poll() is None for m in machines), (tmp_path / "run.machine0.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint-2 within 10 minutes"
+            time.sleep(0.5)
+        time.sleep(1.0)  # checkpoint-2 is whole (both ranks' shards) before the next step ends
+        kill(machines[1])  # machine 1 is lost in mid-run
+        code = wait(machines[0], 180)
+        log = (tmp_path / "run.machine0.log").read_text()
+        assert code is not None, "machine 0 hung after machine 1 was lost"
+        assert code != 0 and not (out / "rank0.json").exists()  # it stopped, and did not claim to have finished
+        assert "Error" in log or "error" in log
+    finally:
+        for m in machines:
+            kill(m)
+    assert not (out / "checkpoint-6").exists()
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    machines = start_machines(resumed, free_port(), *common, "--resume_from", str(out / "checkpoint-2"))
+    try:
+        codes = [wait(m, 600) for m in machines]
+    finally:
+        for m in machines:
+            kill(m)
+    assert codes == [0, 0], (tmp_path / "resumed.machine0.log").read_text()[-3000:]
+    ranks = [json.loads((resumed / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for rank in ranks:
+        assert len(rank["rollouts"]) == 4  # steps 3-6: it resumed at step 2
+        # the controller came back with the checkpoint: α goes on from 0.52, not from α₀ (0.5) again
+        assert [h["alpha"] for h in rank["history"]] == pytest.approx([0.5 + 0.01 * i for i in range(1, 7)])
+    assert ranks[0]["history"] == ranks[1]["history"] and ranks[0]["parameters"] == ranks[1]["parameters"]
+    assert (resumed / "checkpoint-6" / "trainer_state.json").exists()
+
+
+def test_the_launch_command_names_what_is_wrong():
+    with pytest.raises(ValueError, match=r"machine_rank must be in \[0, num_machines=2\), got 2"):
+        node_command(["train.py"], num_machines=2, gpus_per_machine=8, machine_rank=2, main_process_ip="h")
+    with pytest.raises(ValueError, match="no training script given"):
+        node_command([], num_machines=2, gpus_per_machine=8, machine_rank=0, main_process_ip="h")
+    with pytest.raises(FileNotFoundError, match="no accelerate config"):
+        node_command(
+            ["t.py"], num_machines=1, gpus_per_machine=1, machine_rank=0, main_process_ip="h", config_file="x"
+        )
+    command = node_command(
+        ["recipes/train.py"],
+        num_machines=4,
+        gpus_per_machine=8,
+        machine_rank=3,
+        main_process_ip="node0",
+        config_file=str(ROOT / "recipes" / "accelerate_configs" / "zero3.yaml"),
+    )
+    flags = dict(zip(command[3::2], command[4::2], strict=False))
+    assert (
+        flags["--num_processes"] == "32" and flags["--machine_rank"] == "3" and flags["--main_process_ip"] == "node0"
+    )
+    assert "--deepspeed_multinode_launcher" in command and command[-1] == "recipes/train.py"
+    assert sys.executable == command[0]
+
+
+SLURM_SHIMS = {  # what a SLURM job provides, for a dry run: srun runs its command once per node
+    "scontrol": '#!/usr/bin/env bash\n[ "$1 $2" = "show hostnames" ] && printf "node0\\nnode1\\nnode2\\n"\n',
+    "srun": """#!/usr/bin/env bash
+n=1; while [ "$1" != "${1#--}" ]; do [ "$1" = --nodes ] && n=$2; shift 2; done
+for i in $(seq 0 $((n - 1))); do SLURM_NODEID=$i "$@"; done
+""",
+}
+
+
+@pytest.mark.parametrize("layout", ["colocate", "server"])
+def test_the_slurm_script_runs_the_launch_command_on_every_node(tmp_path, layout):
+    """recipes/slurm/train.sbatch under a stand-in SLURM (3 nodes): each training node gets aer_trl.launch's command
+    with its own rank and the first node as the main one; in the server layout the last node serves vLLM."""
+    for name, text in SLURM_SHIMS.items():
+        (tmp_path / name).write_text(text)
+        (tmp_path / name).chmod(0o755)
+    env = dict(
+        os.environ,
+        PATH=f"{tmp_path}:{os.environ['PATH']}",
+        SLURM_JOB_NODELIST="node[0-2]",
+        AER_LAUNCH_PRINT="1",
+        LAYOUT=layout,
+        PYTHON=sys.executable,
+    )
+    recipe = "recipes/qwen3_30b_a3b_base/deepscaler/aer.yaml"
+    done = subprocess.run(
+        ["bash", "recipes/slurm/train.sbatch", recipe, "--seed", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if "accelerate.commands.launch" in line]
+    nodes = 3 if layout == "colocate" else 2
+    assert len(lines) == nodes
+    for rank, line in enumerate(lines):
+        assert f"--machine_rank {rank} " in line and "--main_process_ip node0 " in line
+        assert f"--num_machines {nodes} --num_processes {8 * nodes}" in line
+        assert f"--config {recipe}" in line and line.endswith("--seed 1")
+    if layout == "server":
+        assert "--vllm_mode server --vllm_server_host node2" in lines[0]
+        assert (
+            "trl vllm-serve --model Qwen/Qwen3-30B-A3B-Base" in done.stdout
+            and "--enable-expert-parallel" in done.stdout
+        )
