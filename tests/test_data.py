@@ -64,3 +64,12 @@ def test_a_conversational_prompt_column_keeps_every_turn(tmp_path):
     assert kept[0]["prompt"] == turns
     asked = load_math_dataset(str(path))  # the default format appends the boxed instruction to the last user turn
     assert asked[0]["prompt"][:3] == turns[:3] and asked[0]["prompt"][3]["content"].startswith("2+2?\n\n")
+
+
+def test_the_packaged_gsm8k_sample_loads_by_name_without_the_repository_or_the_hub():
+    """`dataset_name: gsm8k-sample` (the CPU recipe's data): 12 real GSM8K test rows shipped in the package."""
+    from aer_trl.data import load_math_dataset
+
+    data = load_math_dataset("gsm8k-sample")
+    assert len(data) == 12 and {"prompt", "answer"} <= set(data.column_names)
+    assert data[0]["answer"].endswith("#### 70")  # the worked solution, gold after its "####", as from the Hub
