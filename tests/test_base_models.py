@@ -127,3 +127,25 @@ def test_evaluation_formats_a_base_model_with_the_template_it_trained_with(tmp_p
     assert text == f"{base_tokenizer.bos_token}Question: 1+1=\nAnswer:"
     assert not adds_special_tokens(templated)  # the text already holds the template's BOS
     assert templated.encode(text, add_special_tokens=False).count(base_tokenizer.bos_token_id) == 1
+
+
+def test_validation_during_training_formats_and_stops_as_the_run_does(tmp_path, tokenizer):
+    """PassAtKCallback takes the run's chat template and stop strings (a base model's recipe sets both)."""
+    import json
+
+    from transformers import TrainerControl, TrainerState
+
+    from aer_trl.evaluation import PassAtKCallback
+
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
+    callback = PassAtKCallback(str(bench), eval_steps=2, num_samples=2, k_list=[1, 2], max_new_tokens=4)
+    args = helpers.make_config(
+        tmp_path / "run",
+        save_strategy="steps",
+        save_steps=2,
+        chat_template_path="plain",
+        generation_kwargs={"stop": "\nQuestion:"},
+    )
+    callback.on_train_begin(args, TrainerState(), TrainerControl())
+    assert callback.eval_args.chat_template_path == "plain" and callback.eval_args.stop == ["\nQuestion:"]

@@ -140,4 +140,4 @@ def test_the_appendix_evaluation_recipes_carry_its_protocol(recipe):
     assert runs == {("aime24", "aime25"): 32, ("math500", "amc23"): 8}
     assert all(run.num_samples in run.k_list for run in sample_groups(args))  # pass@n is scored
     assert args.table == "appendix" and args.model_labels[0] == "Base" and len(args.models) == 4
-    assert (args.chat_template_path == "plain") == ("llama" in recipe.name)
+    assert (args.chat_template_path == "plain") == ("llama" in recipe.name) == (args.stop == ["\nQuestion:"])

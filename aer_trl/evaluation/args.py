@@ -54,6 +54,13 @@ class EvalArguments(PromptArguments):
         default=0, metadata={"help": "Top-k sampling; 0 samples from the full distribution (as TRL trains)."}
     )
     max_new_tokens: int = field(default=8192, metadata={"help": "Generation budget per sample (the paper: 8192)."})
+    stop: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Strings that end a sample (not kept in it), as the run's generation_kwargs.stop: a base model "
+            "writes on past its answer into a next 'Question:' (docs/usage.md, 'Base models'). Both backends."
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Sampling seed (each chunk's own seed derives from it)."})
     batch_size: int = field(
         default=8,
@@ -100,6 +107,8 @@ class EvalArguments(PromptArguments):
                 raise ValueError(f"chat_template_kwargs: not JSON ({err.msg}): {self.chat_template_kwargs!r}") from err
         if self.chat_template_kwargs is not None and not isinstance(self.chat_template_kwargs, dict):
             raise ValueError(f"chat_template_kwargs must be a mapping, got {self.chat_template_kwargs!r}")
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
         if self.num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {self.num_samples}")
         per_bench = self.num_samples_per_benchmark

@@ -91,6 +91,7 @@ class TransformersGenerator:
             top_p=a.top_p,
             top_k=a.top_k,
             max_new_tokens=a.max_new_tokens,
+            stop=getattr(a, "stop", None),
         )
 
 
@@ -174,13 +175,16 @@ def request_seed(seed: int, index: int) -> int:
 
 def vllm_sampling(args) -> dict:
     """vLLM's sampling settings for the evaluation arguments (n samples per prompt)."""
-    return dict(
+    settings = dict(
         n=args.num_samples,
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k or -1,
         max_tokens=args.max_new_tokens,
     )
+    if getattr(args, "stop", None):
+        settings["stop"] = list(args.stop)  # not kept in the sample (vLLM's default), as the transformers backend
+    return settings
 
 
 def default_factory(backend: str):

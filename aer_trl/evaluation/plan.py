@@ -62,6 +62,8 @@ def run_fingerprint(args, model: str, backend: str, tokenizer=None) -> dict:
         "seed": args.seed,
         "chunk_size": args.batch_size,
     }
+    if getattr(args, "stop", None):  # only where set: every earlier fingerprint stays as it was
+        fingerprint["stop"] = list(args.stop)
     if tokenizer is not None and tokenizer.encode("1") != tokenizer.encode("1", add_special_tokens=False):
         # A tokenizer that adds special tokens (a BOS): the fingerprint says how the prompt ids were built (with the
         # BOS once, `sampling.adds_special_tokens`; or the chat template's ids as they are, for vLLM), so samples drawn

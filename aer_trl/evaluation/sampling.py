@@ -62,8 +62,10 @@ def sample_chunk(
     top_p: float = 1.0,
     top_k: int = 0,
     max_new_tokens: int = 32,
+    stop: Sequence[str] | None = None,
 ) -> list[list[str]]:
-    """`n` samples for each of `texts` from one `generate` call seeded with `seed` (inside a forked RNG).
+    """`n` samples for each of `texts` from one `generate` call seeded with `seed` (inside a forked RNG); a sample
+    ends at the first of `stop`'s strings, which is not kept (as vLLM's `stop`).
 
     Contract: the result is a function of (model, texts in order, n, seed, sampling settings) alone. The prompts are
     prefilled once (all but their last token), the cache is repeated n times, and `generate` samples the n·len(texts)
@@ -82,6 +84,8 @@ def sample_chunk(
         max_new_tokens=max_new_tokens,
         pad_token_id=tokenizer.pad_token_id,
     )
+    if stop:
+        sampling.update(stop_strings=list(stop), tokenizer=tokenizer)
     try:
         with isolated_rng(seed):
             out = None
@@ -103,8 +107,16 @@ def sample_chunk(
     finally:
         if was_training:
             model.train()
-    texts_out = tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
+    texts_out = [
+        cut_at_stop(t, stop) for t in tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
+    ]
     return [texts_out[i * n : (i + 1) * n] for i in range(len(texts))]
+
+
+def cut_at_stop(text: str, stop: Sequence[str] | None) -> str:
+    """`text` up to the first of the `stop` strings (excluded); `text` where none occurs."""
+    ends = [i for i in (text.find(s) for s in stop or ()) if i >= 0]
+    return text[: min(ends)] if ends else text
 
 
 @torch.no_grad()

@@ -153,6 +153,10 @@ class PassAtKCallback(TrainerCallback, ExportableState):
         # the run's chat template (set on its tokenizer, which validation formats with): a vLLM engine's own tokenizer
         # gets it too, so the prompt ids are the template's (one BOS), as the run's rollouts
         self.eval_args.chat_template_path = getattr(args, "chat_template_path", None)
+        # and the run's stop strings (a base model's recipe stops where it would begin a next question)
+        generation = getattr(args, "generation_kwargs", None) or {}
+        stop = generation.get("stop") or generation.get("stop_strings") or None
+        self.eval_args.stop = [stop] if isinstance(stop, str) else stop
         if self.best_step is None and state.best_global_step and not self._restored:  # resumed without its state
             self.best_step, self.best_pass_at_1 = state.best_global_step, state.best_metric
         if args.save_strategy == "no":
