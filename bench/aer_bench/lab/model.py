@@ -26,7 +26,11 @@ def build_tiny_qwen3(
         **overrides,
     )
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
+    return _generating_with(Qwen3ForCausalLM(config), tokenizer)
+
+
+def _generating_with(model, tokenizer):
+    """`model` with `tokenizer`'s special tokens in its generation config."""
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
@@ -71,8 +75,4 @@ def build_tiny_qwen3_moe(
         eos_token_id=tokenizer.eos_token_id,
     )
     torch.manual_seed(seed)
-    model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**{**settings, **overrides}))
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.bos_token_id = tokenizer.bos_token_id
-    return model
+    return _generating_with(Qwen3MoeForCausalLM(Qwen3MoeConfig(**{**settings, **overrides})), tokenizer)
