@@ -119,7 +119,7 @@ test-trl-latest: $(BIN)/python
 	rm -rf $(TRL_LATEST_DIR)
 	$(BIN)/pip install -q --no-deps --upgrade --target $(TRL_LATEST_DIR) trl
 	@PYTHONPATH=$(TRL_LATEST_DIR) $(BIN)/python -c "import tomllib, trl; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print('newest trl on the registry:', trl.__version__, '| pyproject:', next(d for d in deps if d.startswith('trl')))"
-	PYTHONPATH=$(TRL_LATEST_DIR) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_trl_seams.py tests/test_controller.py tests/test_trainer.py
+	PYTHONPATH=$(TRL_LATEST_DIR) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_trl_seams.py tests/test_core_algos.py tests/test_trainer.py
 
 # The paper's GPU job rehearsed on this CPU (recipes/rehearse.py): the shipped paper recipe changed only in size,
 # `accelerate launch --config_file recipes/accelerate_configs/zero3.yaml` on 2 processes (parameters sharded), vLLM

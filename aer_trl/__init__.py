@@ -1,6 +1,6 @@
 """aer_trl: Adaptive Entropy Regularization (AER) for GRPO, as a TRL extension.
 
-The top level loads lazily, as TRL's does: `import aer_trl` (and the pure math, `import aer_trl.controller`) imports
+The top level loads lazily, as TRL's does: `import aer_trl` (and the pure math, `import aer_trl.core_algos`) imports
 neither TRL nor transformers; each name below is imported from its module the first time it is used.
 """
 
@@ -15,9 +15,9 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     submod_attrs={
         "config": ["AERGRPOConfig", "AERConfig"],
         "trainer": ["AERGRPOTrainer"],
-        "controller": ["AERController", "difficulty_coefficients"],
+        "core_algos": ["AERController", "difficulty_coefficients"],
         "callback": ["AERCallback"],
-        "registry": ["Method", "TokenBatch", "get_method", "methods", "register_method"],
+        "methods": ["Method", "TokenBatch", "get_method", "register_method"],
         "rewards": ["math_accuracy_reward"],
         "evaluation.validation": ["PassAtKCallback"],
         "evaluation.harness": ["EvalArguments", "evaluate"],
@@ -27,9 +27,9 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from .callback import AERCallback
     from .config import AERConfig, AERGRPOConfig
-    from .controller import AERController, difficulty_coefficients
+    from .core_algos import AERController, difficulty_coefficients
     from .evaluation.harness import EvalArguments, evaluate
     from .evaluation.validation import PassAtKCallback
-    from .registry import Method, TokenBatch, get_method, methods, register_method
+    from .methods import Method, TokenBatch, get_method, register_method
     from .rewards import math_accuracy_reward
     from .trainer import AERGRPOTrainer

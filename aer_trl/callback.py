@@ -8,7 +8,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from .config import rollout_steps
-from .controller import AERController
+from .core_algos import AERController
 
 
 class AERCallback(TrainerCallback, ExportableState):

@@ -10,7 +10,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .data import hub_dataset_id
-from .registry import get_method
+from .methods import get_method
 
 AER_PAPER = {
     "title": "Revisiting Entropy Regularization: Adaptive Coefficient Unlocks Its Potential for LLM Reinforcement "

@@ -11,7 +11,7 @@ from trl import GRPOConfig
 
 from .compat import has_activation_checkpointing
 from .config_checks import resolve_method, validate_aer
-from .registry import get_method, methods
+from .methods import get_method, methods
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class AERGRPOConfig(GRPOConfig):
     method: str = field(
         default="aer",
         metadata={
-            "help": "Which method trains (`aer_trl.registry`; more can be registered): "
+            "help": "Which method trains (`aer_trl.methods`; more can be registered): "
             + "; ".join(f"'{name}': {m.help}" for name, m in methods().items())
             + "."
         },

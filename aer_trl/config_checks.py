@@ -1,12 +1,12 @@
 """How an `AERGRPOConfig` is resolved and checked while it is built: `resolve_method` applies its method's registry
-entry (`aer_trl.registry`), `validate_aer` checks the AER fields; a wrong value is refused with its name and what was
+entry (`aer_trl.methods`), `validate_aer` checks the AER fields; a wrong value is refused with its name and what was
 expected."""
 
 from __future__ import annotations
 
 import math
 
-from .registry import TOKEN_LEVEL_LOSSES, get_method, methods
+from .methods import TOKEN_LEVEL_LOSSES, get_method, methods
 
 
 def validate_aer(self) -> None:

@@ -1,14 +1,22 @@
-"""Training and evaluation data of the paper, from the Hub or from local JSON Lines / Parquet files.
+"""Where a run's data comes from, and how it becomes prompts (docs/design.md §0).
 
-Every loader returns a `datasets.Dataset` with a conversational `prompt` built by `aer_trl.prompts.format_prompt`
-(by default: the question and an instruction to put the final answer in `\\boxed{}`; a conversational question keeps
-every turn) and an `answer` column (the gold answer text). Rows whose gold answer is missing or cannot be parsed by
-math-verify are dropped and counted in a warning, never kept silently.
+Data sources: what a run trains and evaluates on, asked for by name (`dataset_name`, `benchmarks`). A source knows
+how to load its splits, its prompt format's defaults and few-shot pool, its reward, its default model (if any) and the
+line the model card says about it. A training run (`aer_trl.training`) and the evaluation harness ask
+`get_source(name)` and never branch on what the data is. Add one with `register_source(DataSource(...))` (the
+research bench adds `lab` and `arithmetic` so: `aer_bench.lab.sources`); any other name is a question/answer table:
+
+- a known math name (`deepscaler`, `gsm8k`, `aime25`, ... see `MATH_TABLES`), a Hub id, or a local
+  .jsonl/.json/.parquet file. Every loader returns a `datasets.Dataset` with a conversational `prompt` built by
+  `aer_trl.prompts.format_prompt` (by default: the question and an instruction to put the final answer in
+  `\\boxed{}`; a conversational question keeps every turn) and an `answer` column (the gold answer text). Rows whose
+  gold answer is missing or cannot be parsed by math-verify are dropped and counted in a warning, never kept silently.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,17 +24,31 @@ from datasets import Dataset, load_dataset
 from datasets.exceptions import DatasetGenerationError
 from pyarrow import ArrowInvalid
 
-from .prompts import PromptFormat, format_prompt, solved_text
+from .plugins import Registry
+from .prompts import BOXED_INSTRUCTION, PromptArguments, PromptFormat, draw_shots, format_prompt, solved_text
 from .rewards import parse_gold
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DataSource",
+    "PromptArguments",
+    "get_source",
+    "register_source",
+    "sources",
+    "option",
+    "resolve_format",
+    "load_math_dataset",
+    "to_math_prompts",
+    "MATH_TABLES",
+]
 
 QUESTION_COLUMNS = ("problem", "question", "prompt")
 ANSWER_COLUMNS = ("answer", "solution")
 
 
 @dataclass(frozen=True)
-class MathSource:
+class MathTable:
     hub_id: str
     config: str | None = None
     split: str = "train"
@@ -34,20 +56,20 @@ class MathSource:
     packaged: str | None = None  # a file shipped in aer_trl/data_files/ (read instead of the Hub)
 
 
-SOURCES: dict[str, MathSource] = {
+MATH_TABLES: dict[str, MathTable] = {
     # training sets
-    "deepscaler": MathSource("agentica-org/DeepScaleR-Preview-Dataset"),
-    "dapo-math-17k": MathSource("open-r1/DAPO-Math-17k-Processed", config="en"),
+    "deepscaler": MathTable("agentica-org/DeepScaleR-Preview-Dataset"),
+    "dapo-math-17k": MathTable("open-r1/DAPO-Math-17k-Processed", config="en"),
     # evaluation sets
-    "aime24": MathSource("HuggingFaceH4/aime_2024"),
-    "aime25": MathSource("HuggingFaceH4/aime_2025"),
-    "amc23": MathSource("math-ai/amc23", split="test"),
-    "amc23-aimo": MathSource("AI-MO/aimo-validation-amc", filter_year=2023),
-    "math500": MathSource("HuggingFaceH4/MATH-500", split="test"),
-    "gsm8k": MathSource("openai/gsm8k", config="main", split="test"),
+    "aime24": MathTable("HuggingFaceH4/aime_2024"),
+    "aime25": MathTable("HuggingFaceH4/aime_2025"),
+    "amc23": MathTable("math-ai/amc23", split="test"),
+    "amc23-aimo": MathTable("AI-MO/aimo-validation-amc", filter_year=2023),
+    "math500": MathTable("HuggingFaceH4/MATH-500", split="test"),
+    "gsm8k": MathTable("openai/gsm8k", config="main", split="test"),
     # 12 rows of GSM8K's test split (from rows 1200-1318, MIT license), shipped with the package: the CPU recipe's
     # data, found without the repository or the Hub
-    "gsm8k-sample": MathSource("openai/gsm8k", config="main", split="test", packaged="gsm8k_sample.jsonl"),
+    "gsm8k-sample": MathTable("openai/gsm8k", config="main", split="test", packaged="gsm8k_sample.jsonl"),
 }
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -127,8 +149,8 @@ def hub_dataset_id(name: str | None) -> str | None:
     """The Hub id of a training data set name, for links; None for the lab, local files and unknown names."""
     if not name:
         return None
-    if name.lower() in SOURCES:
-        return SOURCES[name.lower()].hub_id
+    if name.lower() in MATH_TABLES:
+        return MATH_TABLES[name.lower()].hub_id
     if Path(name).suffix in LOCAL_FORMATS or Path(name).exists() or name.count("/") != 1:
         return None
     return name
@@ -137,7 +159,7 @@ def hub_dataset_id(name: str | None) -> str | None:
 def load_raw_table(
     name_or_path: str, config: str | None = None, split: str | None = None, field: str = "dataset_name"
 ):
-    """The question/answer table of a known name (see `SOURCES`), a Hub id or a local file, as stored, and a label
+    """The question/answer table of a known name (see `MATH_TABLES`), a Hub id or a local file, as stored, and a label
     for messages."""
     path = Path(name_or_path)
     if path.suffix in LOCAL_FORMATS:
@@ -151,7 +173,7 @@ def load_raw_table(
             raise ValueError(
                 f"{field}: local file {path} is not valid {path.suffix[1:]}: {err.__cause__ or err}"
             ) from err
-    source = SOURCES.get(name_or_path.lower(), MathSource(name_or_path))
+    source = MATH_TABLES.get(name_or_path.lower(), MathTable(name_or_path))
     if source.packaged is not None:
         packaged = Path(__file__).parent / "data_files" / source.packaged
         return load_dataset("json", data_files=str(packaged), split="train"), name_or_path.lower()
@@ -164,6 +186,103 @@ def load_raw_table(
 def load_math_dataset(
     name_or_path: str, config: str | None = None, split: str | None = None, prompt_format: PromptFormat | None = None
 ) -> Dataset:
-    """A known name (see `SOURCES`), a Hub id, or a local .jsonl/.json/.parquet file, normalised for training."""
+    """A known name (see `MATH_TABLES`), a Hub id, or a local .jsonl/.json/.parquet file, normalised for training."""
     raw, label = load_raw_table(name_or_path, config, split)
     return to_math_prompts(raw, source=label, prompt_format=prompt_format)
+
+
+# ------------------------------------------------------------------------------------------ data sources
+@dataclass(frozen=True)
+class DataSource:
+    """One kind of data. `load(split, args, fmt)` returns a Dataset with `prompt` and `answer` (plus any metadata
+    column, e.g. `difficulty`); `shot_pool(args)` returns solved (question, solution) pairs for few-shot prompts."""
+
+    name: str
+    about: str
+    load: Callable[[str, object, PromptFormat], Dataset]
+    reward_funcs: tuple[str, ...] = ("math_accuracy",)
+    format_defaults: PromptFormat = PromptFormat()
+    default_shots: int = 0
+    shot_pool: Callable[[object], list[tuple[str, str]]] | None = None
+    default_model: Callable[[object, object], str] | None = None
+    eval_split: str = "test"
+    chat: bool = True  # False: raw text prompts (the lab's character-level model); no prompt format applies
+
+    def card_text(self, name: str, fmt: PromptFormat | None) -> str:
+        text = f"`{name}`: {self.about}"
+        return f"{text}; prompts: {fmt.summary()}" if fmt is not None and self.chat else text
+
+
+SOURCE_REGISTRY: Registry[DataSource] = Registry(
+    "data source", field="dataset_name", group="aer_trl.data", check=lambda s: isinstance(s, DataSource)
+)
+
+
+def register_source(source: DataSource, *, name: str | None = None, replace: bool = False) -> DataSource:
+    """Adds `source` under its name (`replace=True` to redefine a name); `aer_trl.plugins`."""
+    return SOURCE_REGISTRY.register(source, name=name, replace=replace)
+
+
+def sources() -> Mapping[str, DataSource]:
+    """The registered data sources by name (a read-only view); any other name is a question/answer table."""
+    return SOURCE_REGISTRY.view()
+
+
+def get_source(name: str | None) -> DataSource:
+    """The registered source called `name`, else the question/answer table source (known math names, Hub ids and
+    local files)."""
+    if not name:
+        raise ValueError(
+            "dataset_name: say what to train on: a registered source "
+            f"({', '.join(sorted(SOURCE_REGISTRY.view()))}), a known math data set (deepscaler, dapo-math-17k, "
+            "gsm8k, ...), a Hub id or a local .jsonl/.json/.parquet file"
+        )
+    return SOURCE_REGISTRY.get(name) if name in SOURCE_REGISTRY else _table_source(name)
+
+
+def option(args, name, default=None):
+    """A source's option `name` from the run's arguments (`default` where they lack it or leave it unset)."""
+    value = getattr(args, name, None)
+    return default if value is None else value
+
+
+def resolve_format(source: DataSource, args) -> PromptFormat | None:
+    """The prompt format of a run: the user's prompt_* settings over the source's defaults, shots drawn once."""
+    if not source.chat:
+        given = [f for f in ("prompt_system", "prompt_instruction", "prompt_num_shots") if option(args, f) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: the {source.name!r} source has raw text prompts; no format applies")
+        return None
+    d = source.format_defaults
+    num_shots = option(args, "prompt_num_shots", source.default_shots)
+    shots: tuple = ()
+    if num_shots:
+        pool_name = option(args, "prompt_shots_pool")
+        if pool_name is not None:
+            raw, label = load_raw_table(pool_name, field="prompt_shots_pool")
+            pool = solved_examples(raw, source=label)
+        elif source.shot_pool is not None:
+            pool = source.shot_pool(args)
+        else:
+            raise ValueError(
+                f"prompt_num_shots={num_shots}: the {source.name!r} source has no pool of solved examples; "
+                "name one with prompt_shots_pool (a question/answer file or data set, kept apart from the training "
+                "rows)"
+            )
+        shots = draw_shots(pool, num_shots, seed=option(args, "prompt_shots_seed", 0))
+    return PromptFormat(
+        system=option(args, "prompt_system", d.system),
+        instruction=option(args, "prompt_instruction", d.instruction),
+        shots=shots,
+    )
+
+
+def _table_source(name: str) -> DataSource:
+    def load(split, args, fmt):
+        config = getattr(args, "dataset_config", None)
+        train_split = getattr(args, "dataset_train_split", None) if split == "train" else None
+        return load_math_dataset(name, config=config, split=train_split, prompt_format=fmt)
+
+    known = MATH_TABLES.get(name.lower())
+    about = f"the math data set {known.hub_id}" if known else "question/answer rows"
+    return DataSource(name=name, about=about, load=load, format_defaults=PromptFormat(instruction=BOXED_INSTRUCTION))

@@ -49,7 +49,7 @@ def convert_gguf(gguf: str | os.PathLike | None = None, output_dir: str | os.Pat
     if importlib.util.find_spec("gguf") is None:
         raise ImportError("reading GGUF files needs the `gguf` package: `pip install gguf` (or `make install`)")
     out = Path(output_dir) if output_dir is not None else DEFAULT_CACHE / path.stem
-    from .io import file_sha256
+    from .files import file_sha256
 
     identity = {"source": str(path.resolve()), "size": path.stat().st_size, "sha256": file_sha256(path)}
     marker = out / MARKER

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from .io import atomic_write
+from .files import atomic_write
 
 
 def _up_to_checkpoint(line: str, state) -> bool:

@@ -48,12 +48,16 @@ import re
 import sys
 import unicodedata
 from collections import Counter
+from collections.abc import Callable, Mapping
 
+from .plugins import Registry
 from .verifier import get_pool, join_digit_groups, parse_gold
 
 __all__ = [
     "math_accuracy_reward",
     "register_reward",
+    "get_reward",
+    "rewards",
     "resolve_reward_funcs",
     "parse_gold",
     "completion_text",
@@ -359,13 +363,26 @@ def resolve_correctness_index(spec: int | str | None, reward_func_names: list[st
     raise ValueError(f"aer_correctness_reward={spec!r} is not one of the reward functions {reward_func_names}")
 
 
-# Reward functions a recipe names (`reward_funcs`); more are added with `register_reward`, or named by import path.
-REWARD_FUNCS = {"math_accuracy": math_accuracy_reward, "math_accuracy_reward": math_accuracy_reward}
+# Reward functions a recipe names (`reward_funcs`); more are added with `register_reward` (or an `aer_trl.rewards`
+# entry point), or named by import path.
+REWARDS: Registry[Callable] = Registry("reward", field="reward_funcs", group="aer_trl.rewards", check=callable)
+REWARDS.register(math_accuracy_reward, name="math_accuracy")
+REWARDS.register(math_accuracy_reward)
 
 
-def register_reward(name: str, func) -> None:
-    """Makes `func` known to recipes as `name` (`reward_funcs: [name]`)."""
-    REWARD_FUNCS[name] = func
+def register_reward(func: Callable, *, name: str | None = None, replace: bool = False) -> Callable:
+    """Makes `func` known to recipes as `name` (default: its `__name__`; `reward_funcs: [name]`); `aer_trl.plugins`."""
+    return REWARDS.register(func, name=name, replace=replace)
+
+
+def get_reward(name: str) -> Callable:
+    """The registered reward function `name`."""
+    return REWARDS.get(name)
+
+
+def rewards() -> Mapping[str, Callable]:
+    """The registered reward functions by name (a read-only view)."""
+    return REWARDS.view()
 
 
 def resolve_reward_funcs(names: list[str]) -> list:
@@ -373,8 +390,8 @@ def resolve_reward_funcs(names: list[str]) -> list:
     too); an unknown name is an error that lists the known ones."""
     funcs = []
     for name in names:
-        if name in REWARD_FUNCS:
-            funcs.append(REWARD_FUNCS[name])
+        if name in REWARDS:
+            funcs.append(REWARDS.get(name))
         elif "." in name:
             module_path, func_name = name.rsplit(".", 1)
             sys.path.insert(0, os.getcwd())
@@ -383,7 +400,9 @@ def resolve_reward_funcs(names: list[str]) -> list:
             except (ImportError, AttributeError) as err:
                 raise ValueError(f"reward_funcs: cannot import {name!r}: {err}") from err
         else:
-            raise ValueError(f"reward_funcs: unknown reward {name!r}; known: {sorted(REWARD_FUNCS)} or 'module.func'")
+            raise ValueError(
+                f"reward_funcs: unknown reward {name!r}; known: {sorted(REWARDS.view())} or 'module.func'"
+            )
     if not funcs:
         raise ValueError("reward_funcs: at least one reward function is needed")
     return funcs

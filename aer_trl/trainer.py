@@ -26,7 +26,7 @@ from trl.trainer.utils import get_config_model_id
 from .callback import AERCallback
 from .card import write_model_card
 from .config import AERGRPOConfig
-from .controller import (
+from .core_algos import (
     BUCKETS,
     capped_entropy,
     difficulty_buckets,
@@ -35,9 +35,9 @@ from .controller import (
     hard_mask,
     sequence_entropy,
 )
+from .methods import TokenBatch, get_method
 from .metrics import MetricsFileCallback
 from .prompts import prompts_are_conversational, set_chat_template
-from .registry import TokenBatch, get_method
 from .resume import ResumeMixin, ScheduleResumeCallback
 from .rewards import resolve_correctness_index
 from .vllm_support import (

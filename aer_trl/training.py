@@ -1,7 +1,7 @@
 """One training run, from the three argument groups a recipe parses into; shared by the command line
 (`aer_trl/run.py`, `recipes/train.py`), the notebooks and the research bench (which passes its own classes).
 
-`train(script_args, training_args, model_args)` reads as: resolve the data source (`aer_trl.sources`: its data,
+`train(script_args, training_args, model_args)` reads as: resolve the data source (`aer_trl.data`: its data,
 prompt format, reward and default model), build `AERGRPOTrainer`, train (resuming when asked), save, write the model
 card, push when `push_to_hub` is set. `train_recipe(recipe, overrides)` parses a YAML recipe first, as the command
 line does.
@@ -18,13 +18,13 @@ from pathlib import Path
 
 from .callback import AERCallback
 from .config import AERGRPOConfig, describe_changes, shaping_settings
+from .data import PromptArguments, get_source, resolve_format
 from .evaluation import PassAtKCallback
+from .evaluation.engine_samplers import engine_sampler
 from .evaluation.harness import check_model
+from .files import env_count, lock_folder
 from .gguf import resolve_model
-from .io import env_count, lock_folder
-from .rewards import REWARD_FUNCS, resolve_reward_funcs
-from .sources import PromptArguments, get_source, resolve_format
-from .validation_engine import engine_sampler
+from .rewards import resolve_reward_funcs, rewards
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class AERScriptArguments(PromptArguments):
     dataset_name: str | None = field(
         default=None,
         metadata={
-            "help": "Training data: a registered source (`aer_trl.sources.register_source`), the name of a known "
+            "help": "Training data: a registered source (`aer_trl.data.register_source`), the name of a known "
             "math data set, a Hub id, or a local .jsonl/.json/.parquet file. Sources with a default model fill in "
             "model_name_or_path when it is unset."
         },
@@ -49,7 +49,7 @@ class AERScriptArguments(PromptArguments):
     reward_funcs: list[str] | None = field(
         default=None,
         metadata={
-            "help": f"Reward functions by name ({sorted(REWARD_FUNCS)}) or import path 'module.function'. "
+            "help": f"Reward functions by name ({sorted(rewards())}) or import path 'module.function'. "
             "The first defines correctness for AER unless aer_correctness_reward says otherwise. Unset: the data "
             "source's reward (math_accuracy for question/answer tables)."
         },

@@ -89,7 +89,7 @@ def run_cell(study: str, name: str, method: str, extra: list[str], seed: int, ar
     """Train and evaluate one cell unless its result is on disk; the result is written last, atomically."""
     from aer_bench.studies.report import evaluate_pass_at_k
     from aer_bench.training import train_recipe
-    from aer_trl.io import atomic_write
+    from aer_trl.files import atomic_write
     from aer_trl.metrics import read_metrics
 
     cell_dir_ = cell_dir(method, extra, seed, args)

@@ -4,7 +4,7 @@
     python recipes/make_recipes.py --check  # exit 1 if a committed recipe differs (the test suite runs this)
 
 A recipe for method M is its setting's `aer.yaml` with `method: M` and M's own keys appended; edit the base
-`aer.yaml` (or the method's `recipe` keys in aer_trl/registry.py) and re-run, never the generated files.
+`aer.yaml` (or the method's `recipe` keys in aer_trl/methods.py) and re-run, never the generated files.
 """
 
 import argparse
@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import aer_bench.training  # noqa: F401  (registers the research bench's methods, for the lab's recipes)
-from aer_trl.registry import get_method, methods
+from aer_trl.methods import get_method, methods
 
 HERE = Path(__file__).resolve().parent
-# Each method's own keys (paper-scale, laptop lab) and comment come from its registry entry (aer_trl/registry.py).
+# Each method's own keys (paper-scale, laptop lab) and comment come from its registry entry (aer_trl/methods.py).
 SETTINGS = {
     # base recipe -> methods generated beside it (Table 1 rows; component ablation on Qwen3-8B; generalisation)
     "lab/aer.yaml": [name for name in methods() if name != "aer"],

@@ -3,7 +3,7 @@ and AER's controller state, links only to what exists on the Hub, the AER paper 
 
 import pytest
 
-from aer_trl.data import SOURCES
+from aer_trl.data import MATH_TABLES
 from tests import helpers
 
 
@@ -19,7 +19,7 @@ def test_an_aer_card_has_the_settings_and_controller_state_and_links_only_what_e
     assert "## Training method: AER-GRPO" in card and "arxiv.org/abs/2510.10959" in card
     for row in ("| ρ (pivot accuracy) | 0.3 |", "| final α | 0 |", "| H0 (initial entropy) | n/a |"):
         assert row in card, row
-    assert SOURCES["deepscaler"].hub_id in card  # a Hub data set is linked
+    assert MATH_TABLES["deepscaler"].hub_id in card  # a Hub data set is linked
     assert "https://huggingface.co/None" not in card and "a fine-tuned model" in card  # no link to a base model
 
 

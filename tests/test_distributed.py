@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aer_trl.controller import difficulty_coefficients, group_accuracy
+from aer_trl.core_algos import difficulty_coefficients, group_accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "scripts" / "distributed_run.py"

@@ -178,7 +178,7 @@ def test_a_data_parallel_worker_holds_the_folder_lock_with_its_parent(tmp_path, 
 
     from aer_trl.evaluation import plan
     from aer_trl.evaluation.harness import EVAL_LOCK
-    from aer_trl.io import lock_folder
+    from aer_trl.files import lock_folder
 
     def lock():
         return lock_folder(tmp_path, EVAL_LOCK, "evaluation is writing into it")

@@ -150,7 +150,7 @@ def test_chunks_per_rank_for_lockstep_per_rank_and_main_only_samplers():
 
 
 def test_validation_samples_through_the_sampler_factory_when_one_is_set(tmp_path, tokenizer, model_and_bench):
-    """`eval_engine: vllm` sets `sampler_factory` (aer_trl.validation_engine): the callback asks it for a generator
+    """`eval_engine: vllm` sets `sampler_factory` (evaluation.engine_samplers): the callback asks it for a generator
     once per validation, samples every chunk through it (not transformers' generate) and scores what it returns."""
     _, bench = model_and_bench
     cb = PassAtKCallback(bench, eval_steps=1, num_samples=4, k_list=[1, 4], max_new_tokens=2, batch_size=3)
@@ -175,7 +175,7 @@ def test_validation_samples_through_the_sampler_factory_when_one_is_set(tmp_path
 
 
 def test_validation_closes_its_sampler_after_the_last_chunk_even_when_one_fails(tokenizer, model_and_bench):
-    """A sampler with `close()` (the colocated engine in sleep mode: aer_trl.validation_engine) is closed once per
+    """A sampler with `close()` (the colocated engine in sleep mode: evaluation.engine_samplers) is closed once per
     validation, after its last chunk, also when a chunk raises."""
     _, bench = model_and_bench
     closed = []

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from aer_trl.files import file_sha256
 from aer_trl.gguf import MARKER, convert_gguf, resolve_model
-from aer_trl.io import file_sha256
 
 
 @pytest.mark.slow

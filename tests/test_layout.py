@@ -52,16 +52,16 @@ def test_every_module_has_a_place_on_a_floor():
 
 
 def test_an_upward_import_breaks_the_floors(tmp_path):
-    """A copy of the library and the bench where the pure controller imports the training run and the library imports
+    """A copy of the library and the bench where the pure math imports the training run and the library imports
     the bench: lint-imports must fail on both."""
     shutil.copytree(PACKAGE, tmp_path / "aer_trl", ignore=shutil.ignore_patterns("__pycache__", "recipes"))
     shutil.copytree(ROOT / "bench" / "aer_bench", tmp_path / "aer_bench", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    controller = tmp_path / "aer_trl" / "controller.py"
-    controller.write_text(controller.read_text() + "\nfrom . import training  # noqa: E402, F401\n")
+    core_algos = tmp_path / "aer_trl" / "core_algos.py"
+    core_algos.write_text(core_algos.read_text() + "\nfrom . import training  # noqa: E402, F401\n")
     rewards = tmp_path / "aer_trl" / "rewards.py"
     rewards.write_text(rewards.read_text() + "\nfrom aer_bench import stats  # noqa: E402, F401\n")
     result = _lint_imports(tmp_path, env_path=tmp_path)
     assert result.returncode != 0
-    assert "aer_trl.controller -> aer_trl.training" in result.stdout
+    assert "aer_trl.core_algos -> aer_trl.training" in result.stdout
     assert "aer_trl.rewards -> aer_bench.stats" in result.stdout

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from aer_trl import AERGRPOConfig
-from aer_trl.methods import clip_cov_mask, ent_adv_advantages, kl_cov_advantages, token_covariance
+from aer_trl.core_algos import clip_cov_mask, ent_adv_advantages, kl_cov_advantages, token_covariance
 from tests import helpers
 
 ROOT = Path(__file__).resolve().parents[1]

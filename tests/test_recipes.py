@@ -6,7 +6,7 @@ import pytest
 from trl import ModelConfig, TrlParser
 
 from aer_trl import AERGRPOConfig
-from aer_trl.registry import get_method
+from aer_trl.methods import get_method
 from aer_trl.resources import recipe_path, recipes_dir
 from aer_trl.training import AERScriptArguments
 

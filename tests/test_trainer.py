@@ -322,7 +322,7 @@ def test_a_bucket_empty_in_the_latest_rollout_batch_logs_no_value(tmp_path, toke
 # ---------------------------------------------------------------------------------- ours: forking tokens, anchor
 def test_forking_token_bonus_is_grpo_minus_mean_lambda_top_entropy_tokens(tmp_path, tokenizer):
     """aer_bonus_quantile < 1 (method aer_fork): H_i over the batch's top-entropy tokens, computed independently."""
-    from aer_trl.controller import sequence_entropy
+    from aer_trl.core_algos import sequence_entropy
 
     trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, method="aer_fork"))
     assert trainer.args.aer_bonus_quantile == 0.2  # the method's default
@@ -348,7 +348,7 @@ def test_forking_token_bonus_is_grpo_minus_mean_lambda_top_entropy_tokens(tmp_pa
 def test_capped_bonus_is_grpo_minus_mean_lambda_min_entropy_target(tmp_path, tokenizer):
     """Method aer_cap (ours): the entropy term is λ_i·min(H_i, H*), computed independently; rows above H* get no
     gradient from the bonus."""
-    from aer_trl.controller import sequence_entropy
+    from aer_trl.core_algos import sequence_entropy
 
     probe = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "p"))
     batch = fixed_batch(tokenizer, [0.6, 0.0, 0.3, 0.5])

@@ -179,7 +179,7 @@ def test_resume_skips_a_checkpoint_whose_state_file_is_empty_or_torn(tmp_path, t
 def test_a_half_specified_real_run_is_refused():
     from trl import ModelConfig
 
-    from aer_trl.sources import get_source
+    from aer_trl.data import get_source
     from aer_trl.training import check_model_given
 
     with pytest.raises(ValueError, match="dataset_name: say what to train on"):
@@ -301,8 +301,8 @@ def test_the_validation_engine_follows_the_run_and_long_generate_under_zero3_is_
     import functools
     from types import SimpleNamespace
 
+    from aer_trl.evaluation.engine_samplers import engine_sampler
     from aer_trl.training import validation_sampler
-    from aer_trl.validation_engine import engine_sampler
 
     def trainer(stage=None):
         plugin = None if stage is None else SimpleNamespace(zero_stage=stage)
@@ -327,13 +327,13 @@ def test_the_validation_engine_follows_the_run_and_long_generate_under_zero3_is_
 
 
 def test_the_engine_sampler_syncs_the_weights_once_per_step_and_serves_from_the_main_process():
-    """aer_trl.validation_engine on stand-ins for TRL's VLLMGeneration: the engine gets the policy of the validated
+    """evaluation.engine_samplers on stand-ins for TRL's VLLMGeneration: the engine gets the policy of the validated
     step (TRL syncs only before a rollout), a rollout at the same step does not sync again, and in server mode the main
     process samples one seeded request per prompt through the client and decodes it."""
     from types import SimpleNamespace
 
     from aer_trl.evaluation import EvalArguments
-    from aer_trl.validation_engine import ServerSampler, engine_sampler
+    from aer_trl.evaluation.engine_samplers import ServerSampler, engine_sampler
 
     syncs, requests = [], []
 

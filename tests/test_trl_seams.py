@@ -167,7 +167,7 @@ def test_the_trl_range_we_declare_contains_the_trl_we_test():
 
 
 def test_the_vllm_engine_members_validation_reads_exist():
-    """aer_trl.validation_engine validates through the run's vLLM engine: TRL's `vllm_generation` (mode, engine, server
+    """engine_samplers validates through the run's vLLM engine: TRL's `vllm_generation` (mode, engine, server
     client, sleep state, weight sync, tensor-parallel size) and the trainer's `_last_loaded_step`, which TRL sets after
     each sync so that a rollout at the same step does not sync again."""
     from trl.generation import vllm_generation

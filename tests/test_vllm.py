@@ -23,7 +23,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: `make install-vl
 from trl import GRPOTrainer  # noqa: E402
 
 from aer_trl import AERGRPOTrainer  # noqa: E402
-from aer_trl.controller import AERController  # noqa: E402
+from aer_trl.core_algos import AERController  # noqa: E402
 from tests import helpers  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -80,7 +80,7 @@ def test_validation_samples_through_the_runs_colocated_engine(colocated, tokeniz
     import json
 
     from aer_trl.evaluation import PassAtKCallback
-    from aer_trl.validation_engine import ColocatedSampler, engine_sampler
+    from aer_trl.evaluation.engine_samplers import ColocatedSampler, engine_sampler
 
     trainer, _ = colocated
     bench = tmp_path / "bench.jsonl"

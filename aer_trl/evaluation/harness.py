@@ -18,7 +18,7 @@ import os
 
 import torch
 
-from ..io import lock_folder
+from ..files import lock_folder
 from .args import EvalArguments, sample_groups
 from .backends import TransformersGenerator, VLLMGenerator, check_model, choose_backend, default_factory
 from .plan import Plan, Problem, generate_missing, load_problems, make_plans, prompt_text, run_workers

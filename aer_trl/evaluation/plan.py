@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..data import get_source, resolve_format
 from ..gguf import resolve_model
 from ..rewards import JUDGE_VERSION
-from ..sources import get_source, resolve_format
 from .backends import check_model, choose_backend, default_factory, load_tokenizer, sampling_dtype
 from .sampling import adds_special_tokens
 from .scoring import judge

@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from ..io import atomic_write
+from ..files import atomic_write
 from .args import EvalArguments
 
 logger = logging.getLogger(__name__)

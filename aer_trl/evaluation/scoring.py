@@ -6,7 +6,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from ..io import file_sha256
+from ..files import file_sha256
 from ..rewards import JUDGE_VERSION, judge_completions
 from .passk import passk_summary
 from .store import load_store

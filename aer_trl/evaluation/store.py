@@ -26,7 +26,7 @@ import logging
 import os
 from pathlib import Path
 
-from ..io import atomic_write, file_sha256
+from ..files import atomic_write, file_sha256
 
 logger = logging.getLogger(__name__)
 

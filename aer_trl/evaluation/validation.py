@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from ..config import describe_changes, rollout_steps
-from ..io import atomic_write
+from ..files import atomic_write
 from ..prompts import prompt_settings
 from .args import EvalArguments
 from .backends import TransformersGenerator
@@ -55,7 +55,7 @@ class PassAtKCallback(TrainerCallback, ExportableState):
       a chunk's samples do not depend on where it runs), every rank making the same number of generate calls
       (ZeRO-3 runs them in step through transformers' `synced_gpus`); the counts are gathered, and every rank
       computes the same pass@k and agrees on the best checkpoint.
-    - `sampler_factory` (set by the training entry point when `eval_engine` is vLLM, `aer_trl.validation_engine`):
+    - `sampler_factory` (set by the training entry point when `eval_engine` is vLLM, `evaluation.engine_samplers`):
       samples come from the run's own vLLM engine instead of `generate` (colocated: each rank its own chunks, no
       lockstep; server: the main process samples every chunk)."""
 

@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass
 
 from aer_trl.callback import AERCallback
-from aer_trl.controller import AERController
-from aer_trl.registry import Method, register_method
+from aer_trl.core_algos import AERController
+from aer_trl.methods import Method, register_method
 
 STEPS = ("sign", "proportional", "pi")
 

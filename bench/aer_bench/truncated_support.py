@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from trl.trainer.utils import selective_log_softmax_and_entropy
 
-from aer_trl.registry import Method, register_method
+from aer_trl.methods import Method, register_method
 
 
 def truncated_entropy(logits: torch.Tensor, top_k: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ import pytest
 
 import aer_bench.training  # noqa: F401  (registers the bench's methods)
 from aer_bench import run as train  # aer_trl.run with the lab's classes
-from aer_trl.registry import methods as registered_methods
+from aer_trl.methods import methods as registered_methods
 
 ROOT = Path(__file__).resolve().parents[2]
 

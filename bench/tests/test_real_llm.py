@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aer_trl.controller import update_alpha
+from aer_trl.core_algos import update_alpha
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "smollm2_135m_instruct" / "arithmetic" / "aer.yaml"

@@ -19,7 +19,7 @@ def test_truncated_support_bonus_is_grpo_minus_mean_lambda_topk_entropy(tmp_path
     independently from the model's logits, through TRL's forward and the shared-prompt one; TRL's loss reads the same
     log-probs as through its fused head, and the controller still measures the full entropy."""
     from aer_bench.truncated_support import truncated_entropy
-    from aer_trl.controller import sequence_entropy
+    from aer_trl.core_algos import sequence_entropy
 
     settings = dict(method="aer_topk", aer_bonus_top_k=3, temperature=0.7)
     # the shared-prompt forward is the research bench's (its config and trainer)

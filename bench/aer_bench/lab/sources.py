@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aer_trl.data import DataSource, option, register_source
 from aer_trl.prompts import PromptFormat
 from aer_trl.rewards import register_reward
-from aer_trl.sources import DataSource, option, register_source
 
 from .rewards import lab_accuracy_reward
 
-register_reward("lab_accuracy", lab_accuracy_reward)
+register_reward(lab_accuracy_reward, name="lab_accuracy")
 
 
 @dataclass

@@ -6,7 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from aer_trl.evaluation import passk_summary, sample_completions
-from aer_trl.registry import method_title
+from aer_trl.methods import method_title
 from aer_trl.rewards import math_accuracy_reward
 
 KS = (1, 2, 4, 8, 16)
@@ -118,7 +118,7 @@ def plot_runs(runs: dict[str, list[dict]], passk: dict[str, dict] | None, path, 
     ax.set_xlabel("k")
     axes[0, 1].legend()
     # where the entropy budget goes: per difficulty bucket of the group accuracy g (aer/bucket/<name>/*)
-    from aer_trl.controller import BUCKETS
+    from aer_trl.core_algos import BUCKETS
 
     for ax, metric, title in (
         (axes[2, 0], "entropy", "entropy per difficulty bucket of g"),

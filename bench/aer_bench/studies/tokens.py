@@ -22,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from aer_trl.evaluation.sampling import adds_special_tokens
-from aer_trl.io import atomic_write
+from aer_trl.files import atomic_write
 
 from ..analysis import REPORTED, entropy_and_gradient, token_classes, tokens_table
 from .real_study import cell_dir, eval_arguments, load_study

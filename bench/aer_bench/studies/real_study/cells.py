@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from aer_trl.io import atomic_write
+from aer_trl.files import atomic_write
 from aer_trl.prompts import prompt_settings
 from aer_trl.training import is_complete_checkpoint
 

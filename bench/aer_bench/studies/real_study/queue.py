@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from aer_trl.io import atomic_write, try_lock
+from aer_trl.files import atomic_write, try_lock
 
 from .cells import held_out, train_cell
 from .records import evaluation_mismatch, export_record, read_record, share_record

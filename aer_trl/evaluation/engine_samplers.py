@@ -15,7 +15,7 @@ tests/test_trl_seams.py.
 
 from __future__ import annotations
 
-from .evaluation.backends import VLLMGenerator, prompt_ids, request_seed, vllm_sampling
+from .backends import VLLMGenerator, prompt_ids, request_seed, vllm_sampling
 
 
 def sync_engine_weights(trainer) -> None:

@@ -1,4 +1,4 @@
-"""The method registry (aer_trl/registry.py): one place per method, read by the config, the trainer, the card, the
+"""The method registry (aer_trl/methods.py): one place per method, read by the config, the trainer, the card, the
 tables and the recipe generator; a method registered from outside the package works end to end."""
 
 import logging
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from aer_trl import registry
-from aer_trl.registry import Method, TokenBatch, get_method, method_title, register_method
+import aer_trl.methods as method_registry
+from aer_trl.methods import Method, TokenBatch, get_method, method_title, register_method
 from tests import helpers
 
 
@@ -31,7 +31,7 @@ def half_adv():
         )
     )
     yield method
-    registry._REGISTRY.pop("half_adv")
+    method_registry.METHODS._entries.pop("half_adv")
 
 
 def test_a_method_registered_from_outside_trains_and_appears_in_card_and_table(tmp_path, half_adv):
@@ -48,8 +48,8 @@ def test_a_method_registered_from_outside_trains_and_appears_in_card_and_table(t
     trainer.create_model_card()
     card = (tmp_path / "README.md").read_text()
     assert "GRPO with halved advantages" in card and "GRPO with every advantage halved" in card
-    assert registry.method_title("half_adv") == "GRPO with halved advantages"  # how tables name it
-    assert registry.method_title("my run") == "my run"  # a label that is not a method stays as it is
+    assert method_registry.method_title("half_adv") == "GRPO with halved advantages"  # how tables name it
+    assert method_registry.method_title("my run") == "my run"  # a label that is not a method stays as it is
 
 
 def test_a_token_method_needs_a_token_level_loss(tmp_path, half_adv):
@@ -127,7 +127,7 @@ def test_an_installed_package_declares_a_method_by_entry_point(tmp_path, monkeyp
     entry-point group, without anything importing it first; a wrong object there is a clear error."""
     (tmp_path / "aer_plugin").mkdir()
     (tmp_path / "aer_plugin" / "__init__.py").write_text(
-        "from aer_trl.registry import Method\n"
+        "from aer_trl.methods import Method\n"
         "PLUGIN = Method('plugin_adv', 'a plugin method', 'GRPO with a plugin')\n"
         "WRONG = 'not a method'\n"
     )
@@ -138,11 +138,13 @@ def test_an_installed_package_declares_a_method_by_entry_point(tmp_path, monkeyp
         "[aer_trl.methods]\nplugin_adv = aer_plugin:PLUGIN\nplugin_wrong = aer_plugin:WRONG\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # leave the real registry as it was
-    assert "plugin_adv" not in registry.methods()
+    monkeypatch.setattr(
+        method_registry.METHODS, "_entries", dict(method_registry.METHODS._entries)
+    )  # leave the real registry as it was
+    assert "plugin_adv" not in method_registry.methods()
     config = helpers.make_config(tmp_path / "out", method="plugin_adv")
     assert config.method == "plugin_adv" and method_title("plugin_adv") == "GRPO with a plugin"
-    with pytest.raises(TypeError, match="must be an aer_trl.registry.Method named 'plugin_wrong'"):
+    with pytest.raises(TypeError, match="must be a method named 'plugin_wrong'"):
         get_method("plugin_wrong")
 
 
@@ -151,7 +153,7 @@ def test_the_add_a_method_example_in_the_docs_runs_as_written(tmp_path, monkeypa
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text()
     code = re.search(r"```python\n(.*?)```", docs[docs.index("## 6. Add a method") :], re.S).group(1)
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(method_registry.METHODS, "_entries", dict(method_registry.METHODS._entries))
     monkeypatch.chdir(tmp_path)
     namespace = {}
     exec(compile(code, "docs/design.md", "exec"), namespace)

@@ -1,4 +1,4 @@
-"""aer_trl.validation_engine without vLLM: validation on a colocated engine in sleep mode, against a stub engine that
+"""evaluation.engine_samplers without vLLM: validation on a colocated engine in sleep mode, against a stub engine that
 behaves like vLLM's sleep allocator (a level-2 sleep discards weights and cache; waking the cache over sleeping weights
 fails, as `wake_up` did on an H100 with CUDA's "invalid argument")."""
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from aer_trl.validation_engine import ColocatedSampler, ServerSampler
+from aer_trl.evaluation.engine_samplers import ColocatedSampler, ServerSampler
 from tests import helpers
 
 

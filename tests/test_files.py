@@ -1,29 +1,29 @@
-"""aer_trl.io: an atomic replace leaves the old file or the new one, never a part; file hashes for caches."""
+"""aer_trl.files: an atomic replace leaves the old file or the new one, never a part; file hashes for caches."""
 
 import os
 
 import pytest
 
-from aer_trl import io
+from aer_trl import files
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "results.json"
-    io.atomic_write(path, "old")
-    io.atomic_write(path, b"new bytes", fsync=True)
+    files.atomic_write(path, "old")
+    files.atomic_write(path, b"new bytes", fsync=True)
     assert path.read_bytes() == b"new bytes" and os.listdir(tmp_path) == ["results.json"]
 
 
 def test_a_write_that_fails_leaves_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "results.json"
-    io.atomic_write(path, "old")
+    files.atomic_write(path, "old")
 
     def disk_full(*args):
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(io.os, "replace", disk_full)
+    monkeypatch.setattr(files.os, "replace", disk_full)
     with pytest.raises(OSError, match="No space"):
-        io.atomic_write(path, "new")
+        files.atomic_write(path, "new")
     assert path.read_text() == "old"
 
 
@@ -31,19 +31,19 @@ def test_file_hash_sees_a_change_anywhere_in_a_large_file(tmp_path):
     big = tmp_path / "big.bin"
     size = 5 * (1 << 20)
     big.write_bytes(b"a" * size)
-    seen = {io.file_sha256(big)}
+    seen = {files.file_sha256(big)}
     for offset in (0, size // 2, size - 1):  # the middle as much as the ends (a sample of the ends once missed it)
         with open(big, "r+b") as f:
             f.seek(offset)
             f.write(b"b")
-        seen.add(io.file_sha256(big))
+        seen.add(files.file_sha256(big))
     assert len(seen) == 4
 
 
 ORPHAN = """
 import os, sys, time
 from pathlib import Path
-from aer_trl.io import try_lock
+from aer_trl.files import try_lock
 
 assert try_lock(sys.argv[1]) is not None
 if os.fork() == 0:  # a child (a data loader's, an engine's worker) holds the lock with its parent
@@ -65,11 +65,11 @@ def test_a_lock_held_on_by_a_child_that_outlived_its_holder_is_refused_and_expla
     child = int((tmp_path / "_aer_trl.lock.child").read_text())
     try:
         with pytest.raises(RuntimeError, match=r"training into it \(process \d+\).*No process \d+ runs on this"):
-            io.lock_folder(tmp_path, lock.name, "run is training into it")
+            files.lock_folder(tmp_path, lock.name, "run is training into it")
     finally:
         os.kill(child, 9)
     deadline = time.monotonic() + 30
-    while (fd := io.try_lock(lock)) is None:  # the killed child's lock goes with it
+    while (fd := files.try_lock(lock)) is None:  # the killed child's lock goes with it
         assert time.monotonic() < deadline
         time.sleep(0.05)
     os.close(fd)
@@ -81,7 +81,7 @@ def test_a_count_from_the_environment(monkeypatch, value, count):
         monkeypatch.delenv("AER_TEST_COUNT", raising=False)
     else:
         monkeypatch.setenv("AER_TEST_COUNT", value)
-    assert io.env_count("AER_TEST_COUNT") == count
+    assert files.env_count("AER_TEST_COUNT") == count
 
 
 @pytest.mark.parametrize("value", ["-1", "abc", "1.5", "two"])
@@ -91,6 +91,6 @@ def test_a_count_that_is_not_one_is_refused_with_the_variables_name(monkeypatch,
 
     monkeypatch.setenv("AER_VERIFY_WORKERS", value)
     with pytest.raises(ValueError, match=f"AER_VERIFY_WORKERS must be a whole number .* got '{value}'"):
-        io.env_count("AER_VERIFY_WORKERS")
+        files.env_count("AER_VERIFY_WORKERS")
     with pytest.raises(ValueError, match="AER_VERIFY_WORKERS"):
         VerifierPool()

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from aer_trl.controller import (
+from aer_trl.core_algos import (
     AERController,
     difficulty_coefficients,
     group_accuracy,
@@ -144,7 +144,7 @@ def test_the_pre_release_spelling_is_gone():
 
 
 def test_difficulty_buckets():
-    from aer_trl.controller import difficulty_buckets
+    from aer_trl.core_algos import difficulty_buckets
 
     g = torch.tensor([0.0, 0.125, 0.25, 0.5, 1.0, float("nan")])
     assert difficulty_buckets(g, 0.25).tolist() == [0, 1, 2, 2, 3, -1]
@@ -182,7 +182,7 @@ def test_sequence_entropy_rejects_a_quantile_outside_0_1():
 
 
 def test_capped_entropy_hand_computed_and_no_gradient_above_the_cap():
-    from aer_trl.controller import capped_entropy
+    from aer_trl.core_algos import capped_entropy
 
     h = torch.tensor([0.1, 0.3, 0.5], requires_grad=True)
     out = capped_entropy(h, 0.3)

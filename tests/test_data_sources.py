@@ -1,10 +1,10 @@
-"""aer_trl.sources: data asked for by name, prompt formats resolved once, a source registered by name."""
+"""aer_trl.data: data asked for by name, prompt formats resolved once, a source registered by name."""
 
 import json
 
 import pytest
 
-from aer_trl.sources import DataSource, get_source, register_source, resolve_format
+from aer_trl.data import DataSource, get_source, register_source, resolve_format
 from aer_trl.training import AERScriptArguments
 
 
