@@ -689,3 +689,21 @@ def test_a_bad_deviation_names_its_file_and_what_is_wrong(tmp_path, deviation, d
     with pytest.raises(error, match=message) as err:
         real_study.load_study(registered)
     assert str(registered.parent / "deviation.yaml") in str(err.value)
+
+
+def test_the_hard_study_docs_recomputations_from_raw_records_print_what_the_docs_say():
+    """docs/real_llm.md §3.11's snippets that recompute the hard-problem study's primary endpoint from the raw
+    passk.json records (every pair; without the resumed cells' pairs) print the figures written under them."""
+    root = Path(__file__).resolve().parents[2]
+    docs = (root / "docs" / "real_llm.md").read_text()
+    marker = "    for drop in ((), (23, 26, 34), (23, 26, 34, 39)):"
+    start = docs.rindex("    .venv/bin/python - <<'PY'\n", 0, docs.index(marker))
+    end = docs.index("    PY\n", start)
+    code = "\n".join(line[4:] for line in docs[start:end].split("\n")[1:])
+    expected = []
+    for line in docs[end:].split("\n")[1:]:
+        if not line.startswith("    # "):
+            break
+        expected.append(line[6:])
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert result.stdout.split("\n")[:-1] == expected and len(expected) == 3
