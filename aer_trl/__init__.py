@@ -16,7 +16,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "config": ["AERGRPOConfig", "AERConfig"],
         "trainer": ["AERGRPOTrainer"],
         "core_algos": ["AERController", "difficulty_coefficients"],
-        "callback": ["AERCallback"],
+        "callbacks": ["AERCallback"],
         "methods": ["Method", "TokenBatch", "get_method", "register_method"],
         "rewards": ["math_accuracy_reward"],
         "evaluation.validation": ["PassAtKCallback"],
@@ -25,7 +25,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
 )
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
-    from .callback import AERCallback
+    from .callbacks import AERCallback
     from .config import AERConfig, AERGRPOConfig
     from .core_algos import AERController, difficulty_coefficients
     from .evaluation.harness import EvalArguments, evaluate

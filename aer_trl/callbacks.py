@@ -1,14 +1,26 @@
-"""`AERCallback`: owns the AER controller (α, H0, H*) and updates α once per rollout batch (C2 + C3)."""
+"""The callbacks an `AERGRPOTrainer` trains with (`trainer_callbacks` completes a user's list):
+
+- `AERCallback`: owns the AER controller (α, H0, H*) and updates α once per rollout batch (C2 + C3);
+- `MetricsFileCallback`: `<output_dir>/metrics.jsonl`, whatever `report_to` says (`aer_trl.metrics.read_metrics`);
+- `ScheduleResumeCallback`: a checkpoint without optimizer state resumes on its learning-rate schedule.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 import warnings
+from pathlib import Path
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
 from .config import rollout_steps
 from .core_algos import AERController
+from .files import atomic_write
+
+logger = logging.getLogger(__name__)
 
 
 class AERCallback(TrainerCallback, ExportableState):
@@ -109,7 +121,7 @@ class AERCallback(TrainerCallback, ExportableState):
         # training (save_steps is aligned in AERGRPOConfig): that one is not written (the final model still is, by
         # save_model), so resuming picks the last checkpoint at a rollout boundary and replays the rest exactly.
         steps = rollout_steps(args)
-        if control.should_save and getattr(args, "aer_enabled", True) and steps and state.global_step % steps:
+        if control.should_save and getattr(args, "aer_measurements", True) and steps and state.global_step % steps:
             control.should_save = False
             warnings.warn(
                 f"step {state.global_step} ends inside a rollout batch: no checkpoint is written here (it could not "
@@ -132,3 +144,93 @@ class AERCallback(TrainerCallback, ExportableState):
     @controller_state.setter
     def controller_state(self, value: dict) -> None:
         self.controller.load_state_dict(value)
+
+
+class ScheduleResumeCallback(TrainerCallback):
+    """A checkpoint without optimizer and scheduler state (saved with `save_only_model`, or copied without optimizer.pt
+    and scheduler.pt): transformers then starts the optimizer and the learning-rate schedule over from step 0,
+    silently (measured: linear decay over 4 steps, resumed at step 2: lr 2.5e-4 at step 3 instead of 1.25e-4). At
+    the start of such a resumed run the schedule is stepped on to the checkpoint's step, and a warning names what
+    cannot come back (the optimizer's moments, the random state). A restored schedule (or DeepSpeed's, which its
+    own checkpoint holds) has moved past step 0 and is left alone."""
+
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
+        if state.global_step == 0 or getattr(lr_scheduler, "last_epoch", None) != 0:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch: "lr_scheduler.step() before optimizer.step()", on purpose here
+            for _ in range(state.global_step):
+                lr_scheduler.step()
+        if state.is_world_process_zero:
+            logger.warning(
+                "resuming at step %d from a checkpoint that holds no optimizer or scheduler state (saved with "
+                "save_only_model?): the learning rate continues the schedule (%.3g), but the optimizer's moments and "
+                "the random state start afresh, so the run differs from the one never stopped. Save checkpoints with "
+                "save_only_model=False to resume exactly.",
+                state.global_step,
+                lr_scheduler.get_last_lr()[0],
+            )
+
+
+def _up_to_checkpoint(line: str, state) -> bool:
+    """Whether a metrics.jsonl line belongs to the steps up to the checkpoint (a torn last line does not, nor the
+    end-of-training summary of an earlier `train()` call: the resumed run writes the one summary at its end)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return record.get("step", 0) <= state.global_step and "train_runtime" not in record
+
+
+class MetricsFileCallback(TrainerCallback):
+    """Appends every logged dict (with `step`) to `<output_dir>/metrics.jsonl` on the main process."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path is not None else None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.path is None:
+            self.path = Path(args.output_dir) / "metrics.jsonl"
+        if state.is_world_process_zero:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not state.global_step:  # a fresh run starts a fresh log
+                self.path.write_text("")
+            elif self.path.is_file():
+                # a resumed one appends, after dropping what the killed run logged past the checkpoint it resumes
+                # from (those steps are trained and logged again: kept, they would be counted twice)
+                lines = self.path.read_text().splitlines(keepends=True)
+                atomic_write(self.path, "".join(line for line in lines if _up_to_checkpoint(line, state)))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        if self.path is None:  # logging before train(), e.g. trainer.evaluate() first: start the file here
+            self.path = Path(args.output_dir) / "metrics.jsonl"
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"step": state.global_step}
+        for key, value in logs.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                value = None
+            record[key] = value
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def trainer_callbacks(args, callbacks=None) -> list:
+    """A user's callbacks completed with what an `AERGRPOTrainer` of `args` needs, each added only where the user's
+    list has none of its kind: `ScheduleResumeCallback` always; with AER's measurements on (`aer_measurements`) an
+    `AERCallback` for the config (`AERCallback.from_args`) and a `MetricsFileCallback`. Every `AERCallback` gets the
+    run's settings (`run_settings`), saved with its state, so that a resume names the settings that changed."""
+    callbacks = list(callbacks or [])
+    if not any(isinstance(cb, ScheduleResumeCallback) for cb in callbacks):
+        callbacks.append(ScheduleResumeCallback())  # a checkpoint without a schedule resumes on it
+    if not args.aer_measurements:  # off (a non-AER method, not asked for): nothing of AER's, as trl.GRPOTrainer
+        return callbacks
+    if not any(isinstance(cb, AERCallback) for cb in callbacks):
+        callbacks.append(AERCallback.from_args(args))
+    for cb in callbacks:
+        if isinstance(cb, AERCallback):
+            cb.settings = args.run_settings()
+    if not any(isinstance(cb, MetricsFileCallback) for cb in callbacks):
+        callbacks.append(MetricsFileCallback())  # <output_dir>/metrics.jsonl, whatever report_to says
+    return callbacks

@@ -45,8 +45,9 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
     methods), links only what exists (a Hub base model, a Hub data set), and adds a section with the method's
     settings (and AER's controller state)."""
     dataset_name = dataset_name or trainer.aer_dataset_name
-    method, aer = trainer.args.method, trainer.args.aer_enabled
+    method = trainer.args.method
     spec = get_method(method)
+    aer = spec.aer
     tags = [tags] if isinstance(tags, str) else list(tags or [])
     trainer._name = spec.title
     trainer._paper = AER_PAPER if aer else GRPOTrainer._paper

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
+from trl.trainer.utils import get_config_model_id
 
 from .compat import has_activation_checkpointing
 from .config_checks import resolve_method, validate_aer
@@ -67,8 +68,9 @@ class AERGRPOConfig(GRPOConfig):
     epsilon: float | None = field(
         default=None,
         metadata={
-            "help": "Lower clipping bound ε of the importance ratio. Unset: 0.2 (TRL's default), 1.0 for Clip-Cov "
-            "(the paper's c_l); KL-Cov trains unclipped and refuses it."
+            "help": "Lower clipping bound ε of the importance ratio, as TRL's. Unset (None, AER's default, so that a "
+            "method tells a user's value from none): 0.2, TRL's default, for every method but Clip-Cov's 1.0 (the "
+            "paper's c_l); KL-Cov trains unclipped and refuses a value. The built config always holds a number."
         },
     )
     # TRL's `gradient_checkpointing` (default True) re-declared as "unset" so that, where transformers has renamed it
@@ -77,8 +79,10 @@ class AERGRPOConfig(GRPOConfig):
     gradient_checkpointing: bool | None = field(
         default=None,
         metadata={
-            "help": "Activation (gradient) checkpointing: saves memory at the cost of a second forward. Unset: True "
-            "(TRL's default). Where transformers calls it `activation_checkpointing`, either name may be given."
+            "help": "Activation (gradient) checkpointing, as TRL's: saves memory at the cost of a second forward. "
+            "Unset (None, AER's default, so that the value can move to transformers' newer name): True, TRL's "
+            "default. Where transformers calls it `activation_checkpointing`, either name may be given and the "
+            "built config holds the value there."
         },
     )
     method: str = field(
@@ -224,11 +228,13 @@ class AERGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        self._method_settings = resolve_method(self)  # the method's settings, checked against the user's
-        validate_aer(self)
+        # before TRL's own __post_init__, which derives from them: the method's settings (a user's contradicting value
+        # is refused, never overridden), the name transformers wants for checkpointing, vLLM's generation kwargs
+        self._method_settings = resolve_method(self)
         self._checkpointing_name()
         self._engine_generation_kwargs()
         super().__post_init__()
+        validate_aer(self)  # AER's checks, on the finished config
         self._align_saves_to_rollouts()
 
     def _engine_generation_kwargs(self) -> None:
@@ -238,7 +244,10 @@ class AERGRPOConfig(GRPOConfig):
         key is dropped there, with a note, and a recipe runs on either engine unchanged."""
         if self.use_vllm and self.generation_kwargs and "use_cache" in self.generation_kwargs:
             self.generation_kwargs = {k: v for k, v in self.generation_kwargs.items() if k != "use_cache"}
-            logger.info("generation_kwargs.use_cache dropped: a transformers generate() argument (vLLM always caches)")
+            logger.warning(
+                "generation_kwargs: use_cache dropped because use_vllm=True: it is an argument of transformers' "
+                "generate(), which vLLM's SamplingParams refuses (vLLM always keeps a KV cache)"
+            )
 
     def _checkpointing_name(self) -> None:
         """One value for activation checkpointing under the name the installed transformers wants (TRL's default
@@ -258,8 +267,8 @@ class AERGRPOConfig(GRPOConfig):
         """Checkpoints only at rollout-batch boundaries: AER's iteration (entropy summed over a whole rollout batch,
         then one α update) cannot be resumed from its middle, so `save_steps` is rounded up to a multiple of the
         optimizer steps per rollout batch, with a warning that says so (docs/design.md §2)."""
-        if not self.aer_enabled:
-            return  # TRL's methods keep TRL's checkpointing as the user set it
+        if not self.aer_measurements:
+            return  # without AER's controller, TRL's checkpointing as the user set it
         steps = rollout_steps(self)
         if steps is None:
             return  # a rollout batch ends mid optimizer step: TRL's own geometry, nothing to align to
@@ -290,11 +299,6 @@ class AERGRPOConfig(GRPOConfig):
             )
             self.save_steps = rounded
 
-    @property
-    def aer_enabled(self) -> bool:
-        """Whether the method trains AER's bonus (the registry's `Method.aer`)."""
-        return get_method(self.method).aer
-
     def run_settings(self) -> dict:
         """The settings that shape the trained model (every field but logging, saving, evaluation and Hub
         bookkeeping), JSON values. Saved with AER's controller state in each checkpoint, so that a resume with other
@@ -313,6 +317,32 @@ class AERGRPOConfig(GRPOConfig):
     def method_settings(self) -> dict:
         """What the method set in this config (field -> value); the trainer logs it once at start."""
         return dict(self._method_settings)
+
+    @classmethod
+    def for_trainer(cls, args, model) -> AERGRPOConfig:
+        """The config an `AERGRPOTrainer` trains with: `args` itself; for None a default one named after the model
+        (as `trl.GRPOTrainer`); a plain `trl.GRPOConfig` converted, the AER fields at their defaults (a drop-in for
+        `trl.GRPOTrainer`; a config that asks for TRL's own entropy bonus trains it, method 'grpo', since AER's would
+        be a second one), with a warning that says so; anything else a TypeError."""
+        if args is None:
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            return cls(f"{model_name.split('/')[-1]}-AER")
+        if isinstance(args, GRPOConfig) and not isinstance(args, AERGRPOConfig):
+            trl_entropy = args.entropy_coef != 0.0 or args.use_adaptive_entropy
+            method = "grpo" if trl_entropy else cls.method
+            logger.warning(
+                "AERGRPOTrainer got a trl.GRPOConfig: converted with AERGRPOConfig.from_grpo_config, method=%r%s (AER "
+                "fields at their defaults); pass an AERGRPOConfig to set them",
+                method,
+                " because it sets TRL's entropy_coef/use_adaptive_entropy" if trl_entropy else "",
+            )
+            return cls.from_grpo_config(args, method=method)
+        if not isinstance(args, AERGRPOConfig):
+            raise TypeError(
+                "AERGRPOTrainer needs `args` to be an aer_trl.AERGRPOConfig or a trl.GRPOConfig, got "
+                f"{type(args).__name__}"
+            )
+        return args
 
     @classmethod
     def from_grpo_config(cls, grpo_config: GRPOConfig, **aer_fields) -> AERGRPOConfig:

@@ -1,6 +1,7 @@
 """How an `AERGRPOConfig` is resolved and checked while it is built: `resolve_method` applies its method's registry
-entry (`aer_trl.methods`), `validate_aer` checks the AER fields; a wrong value is refused with its name and what was
-expected."""
+entry (`aer_trl.methods`) before TRL's `__post_init__`, `validate_aer` checks the AER fields of the finished config
+after it; a wrong value is refused with its name and what was expected. (A group of fewer than 2 completions, which
+g(q) cannot use either, is refused by TRL's own check.)"""
 
 from __future__ import annotations
 
@@ -52,10 +53,6 @@ def validate_aer(self) -> None:
         raise ValueError(f"vllm_logp_gap_limit must be a number of nats > 0 (.inf: no check) or unset, got {limit!r}")
     if isinstance(self.aer_correctness_reward, str) and self.aer_correctness_reward.lstrip("-").isdigit():
         self.aer_correctness_reward = int(self.aer_correctness_reward)  # the CLI passes indices as strings
-    if self.num_generations is not None and self.num_generations < 2:
-        raise ValueError(
-            f"num_generations must be >= 2 for AER (group accuracy needs a group), got {self.num_generations}"
-        )
 
 
 def resolve_method(config) -> dict:
@@ -146,3 +143,19 @@ def resolve_method(config) -> dict:
         if not 0 < getattr(config, name) <= 1:
             raise ValueError(f"{name} must be in (0, 1], got {getattr(config, name)}")
     return chosen
+
+
+def resolve_correctness_index(spec: int | str | None, reward_func_names: list[str]) -> int:
+    """Index of the reward function that defines correctness (docs/design.md §2: default the first)."""
+    if spec is None:
+        return 0
+    if isinstance(spec, int):
+        if not -len(reward_func_names) <= spec < len(reward_func_names):
+            raise ValueError(
+                f"aer_correctness_reward={spec} is out of range: there are {len(reward_func_names)} reward functions "
+                f"{reward_func_names}"
+            )
+        return spec % len(reward_func_names)
+    if spec in reward_func_names:
+        return reward_func_names.index(spec)
+    raise ValueError(f"aer_correctness_reward={spec!r} is not one of the reward functions {reward_func_names}")

@@ -156,8 +156,10 @@ class AERController:
     With ``anchor_rollouts = k > 1`` (ours, not the paper's: `aer_anchor_rollouts`), H0 is the mean of the
     first k measurements and α stays at its initial value until H0 is known (there is no target before it).
 
-    Names: ``target`` is H* (what α steers towards); ``fixed_target`` is the optional fixed H* that replaces τ·H0
-    (``AERGRPOConfig.aer_fixed_target``).
+    Names: α is ``alpha`` everywhere (``AERGRPOConfig.aer_alpha_init`` / ``aer_alpha_max``, ``AERCallback.alpha``,
+    the ``aer/alpha`` log, the card's "final α"); ``applied_alpha`` is the α the next rollout batch trains with, the
+    same α here (an extension's controller may withhold it: the research bench's gate). ``target`` is H* (what α
+    steers towards); ``fixed_target`` is the optional fixed H* that replaces τ·H0 (``aer_fixed_target``).
     """
 
     tau: float = 0.4

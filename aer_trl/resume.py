@@ -5,45 +5,17 @@ that differs from the checkpoint's is named (docs/design.md §2, "Resume")."""
 from __future__ import annotations
 
 import logging
-import warnings
 from collections import Counter
 
-from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from .callback import AERCallback
+from .callbacks import AERCallback
 from .config import describe_changes, settings_changes
 
 logger = logging.getLogger(__name__)
 
 # settings held in the optimizer's param groups: a resume restores them from the checkpoint (a new value is not used)
 OPTIMIZER_STATE_FIELDS = ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay")
-
-
-class ScheduleResumeCallback(TrainerCallback):
-    """A checkpoint without optimizer and scheduler state (saved with `save_only_model`, or copied without optimizer.pt
-    and scheduler.pt): transformers then starts the optimizer and the learning-rate schedule over from step 0,
-    silently (measured: linear decay over 4 steps, resumed at step 2: lr 2.5e-4 at step 3 instead of 1.25e-4). At
-    the start of such a resumed run the schedule is stepped on to the checkpoint's step, and a warning names what
-    cannot come back (the optimizer's moments, the random state). A restored schedule (or DeepSpeed's, which its
-    own checkpoint holds) has moved past step 0 and is left alone."""
-
-    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
-        if state.global_step == 0 or getattr(lr_scheduler, "last_epoch", None) != 0:
-            return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch: "lr_scheduler.step() before optimizer.step()", on purpose here
-            for _ in range(state.global_step):
-                lr_scheduler.step()
-        if state.is_world_process_zero:
-            logger.warning(
-                "resuming at step %d from a checkpoint that holds no optimizer or scheduler state (saved with "
-                "save_only_model?): the learning rate continues the schedule (%.3g), but the optimizer's moments and "
-                "the random state start afresh, so the run differs from the one never stopped. Save checkpoints with "
-                "save_only_model=False to resume exactly.",
-                state.global_step,
-                lr_scheduler.get_last_lr()[0],
-            )
 
 
 class ResumeMixin:
@@ -61,7 +33,7 @@ class ResumeMixin:
             if isinstance(cb, ExportableState) and callable(getattr(cb, "restore", None))
         ]
         super()._load_callback_state()
-        self._aer_restore_carried()
+        self._aer_carried.restore(self.state.log_history)
         self._restore_callbacks(restorable)
         data = self.state.stateful_callbacks.get(AERCallback.__name__)
         data = data[0] if isinstance(data, list) else data
@@ -78,7 +50,7 @@ class ResumeMixin:
             alpha = attributes.get("controller_state", {}).get("alpha")
             self._warn_resume_changes(f"this run has no AER controller: the checkpoint's α={alpha} is not used")
             return
-        rebuilt = self.aer_callback
+        rebuilt = next(cb for cb in self.callback_handler.callbacks if isinstance(cb, AERCallback))
         if rebuilt is not live:  # transformers rebuilt it from the checkpoint's arguments: keep this run's settings
             self.callback_handler.remove_callback(rebuilt)
             self.callback_handler.add_callback(live)

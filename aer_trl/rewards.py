@@ -347,22 +347,6 @@ def judge_completions(
     return rewards, counts
 
 
-def resolve_correctness_index(spec: int | str | None, reward_func_names: list[str]) -> int:
-    """Index of the reward function that defines correctness (docs/design.md §2: default the first)."""
-    if spec is None:
-        return 0
-    if isinstance(spec, int):
-        if not -len(reward_func_names) <= spec < len(reward_func_names):
-            raise ValueError(
-                f"aer_correctness_reward={spec} is out of range: there are {len(reward_func_names)} reward functions "
-                f"{reward_func_names}"
-            )
-        return spec % len(reward_func_names)
-    if spec in reward_func_names:
-        return reward_func_names.index(spec)
-    raise ValueError(f"aer_correctness_reward={spec!r} is not one of the reward functions {reward_func_names}")
-
-
 # Reward functions a recipe names (`reward_funcs`); more are added with `register_reward` (or an `aer_trl.rewards`
 # entry point), or named by import path.
 REWARDS: Registry[Callable] = Registry("reward", field="reward_funcs", group="aer_trl.rewards", check=callable)

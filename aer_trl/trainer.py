@@ -14,52 +14,26 @@ How it plugs into TRL (no copy of TRL's loss):
 from __future__ import annotations
 
 import logging
-import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import get_config_model_id
+from trl import GRPOTrainer
 
-from .callback import AERCallback
+from .callbacks import AERCallback, trainer_callbacks
 from .card import write_model_card
 from .config import AERGRPOConfig
-from .core_algos import (
-    BUCKETS,
-    capped_entropy,
-    difficulty_buckets,
-    difficulty_coefficients,
-    group_accuracy,
-    hard_mask,
-    sequence_entropy,
-)
+from .config_checks import resolve_correctness_index
+from .core_algos import BUCKETS, capped_entropy, difficulty_coefficients, group_accuracy, sequence_entropy
+from .hardware import cpu_bf16_warning
 from .methods import TokenBatch, get_method
-from .metrics import MetricsFileCallback
+from .metrics import CarriedMetrics, entropy_sums, log_entropy, log_rollout
 from .prompts import prompts_are_conversational, set_chat_template
-from .resume import ResumeMixin, ScheduleResumeCallback
-from .rewards import resolve_correctness_index
-from .vllm_support import (
-    EngineDriftGuard,
-    colocate_on_cpu,
-    colocated_engine_settings,
-    prepare_vllm_on_cpu,
-    synced_through_reload,
-)
+from .resume import ResumeMixin
+from .vllm_support import EngineDriftGuard, vllm_for_trainer
 
 logger = logging.getLogger(__name__)
-
-# aer/* values set afresh at every logging step from the controller (never carried over from an earlier one)
-LIVE_KEYS = ("aer/alpha", "aer/initial_entropy", "aer/target_entropy")
-
-
-def metric_phase(key: str) -> str:
-    """The part of a rollout batch that measures an aer/* metric: "entropy" (`aer/entropy` and the per-bucket
-    entropies, over the batch's training, at its end) or "rollout" (λ, g(q) and the buckets' shares, at its
-    generation). A logging step carries each phase's last values; a phase that ran since replaces all of them."""
-    entropy = key == "aer/entropy" or (key.startswith("aer/bucket/") and key.endswith("/entropy"))
-    return "entropy" if entropy else "rollout"
 
 
 @dataclass
@@ -76,35 +50,6 @@ class LossCapture:
 
     inputs: dict | None = None
     entropies: torch.Tensor | None = None
-
-
-def cpu_has_bf16_kernels() -> bool:
-    """Whether PyTorch multiplies bfloat16 matrices on this CPU with oneDNN's kernels (x86 with AVX-512 or AMX, Arm
-    with bf16). Without them (an AVX2-only CPU, e.g. AMD EPYC Milan) a bf16 matmul falls back to PyTorch's reference
-    GEMM. True when torch cannot say."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return True
-
-
-def cpu_bf16_warning(device, bf16: bool, model) -> str | None:
-    """What to tell a user who trains in bfloat16 (`bf16=True`: autocast, TRL's default; or bf16 weights) on a CPU
-    without bf16 matrix kernels (`cpu_has_bf16_kernels`): every matmul then runs in PyTorch's reference GEMM. Measured
-    on a 2-core AMD EPYC (AVX2), SmolLM2-135M, 32 completions of 138 tokens, GRPO: 198-200 s per step under bf16
-    autocast against 18 s in float32 (docs/usage.md). None where it does not apply."""
-    if torch.device(device).type != "cpu":
-        return None
-    weights = any(p.dtype == torch.bfloat16 for p in model.parameters())
-    if not (bf16 or weights) or cpu_has_bf16_kernels():
-        return None
-    what = "bf16=True (autocast)" if bf16 else "the model's bfloat16 weights"
-    return (
-        f"{what} on a CPU without bfloat16 matrix kernels (torch.ops.mkldnn._is_mkldnn_bf16_supported() is False: "
-        "no AVX-512 or AMX): every bf16 matmul runs in PyTorch's reference GEMM, about 10x slower per step than "
-        "float32 (measured: 200 s against 18 s for SmolLM2-135M). Train in float32 here: bf16=False"
-        + ("" if bf16 else " and dtype='float32'")
-    )
 
 
 class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
@@ -130,26 +75,7 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
     ):
         """`dataset_name` / `data_description` (optional): what the model card says the model was trained on (a Hub
         data set id is linked; the description adds the prompt format)."""
-        if args is None:
-            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
-            args = AERGRPOConfig(f"{model_name.split('/')[-1]}-AER")
-        if isinstance(args, GRPOConfig) and not isinstance(args, AERGRPOConfig):
-            # a drop-in for trl.GRPOTrainer: TRL's config is taken as it is, the AER fields at their defaults; a config
-            # that asks for TRL's own entropy bonus trains it (method 'grpo'), since AER's would be a second one
-            trl_entropy = args.entropy_coef != 0.0 or args.use_adaptive_entropy
-            method = "grpo" if trl_entropy else AERGRPOConfig.method
-            logger.warning(
-                "AERGRPOTrainer got a trl.GRPOConfig: converted with AERGRPOConfig.from_grpo_config, method=%r%s (AER "
-                "fields at their defaults); pass an AERGRPOConfig to set them",
-                method,
-                " because it sets TRL's entropy_coef/use_adaptive_entropy" if trl_entropy else "",
-            )
-            args = AERGRPOConfig.from_grpo_config(args, method=method)
-        if not isinstance(args, AERGRPOConfig):
-            raise TypeError(
-                "AERGRPOTrainer needs `args` to be an aer_trl.AERGRPOConfig or a trl.GRPOConfig, got "
-                f"{type(args).__name__}"
-            )
+        args = AERGRPOConfig.for_trainer(args, model)  # a plain trl.GRPOConfig is converted (with a warning)
         missing = [c for c in args.trainer_requirements() if not isinstance(self, c)]
         if missing:
             raise TypeError(
@@ -157,38 +83,24 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
                 f"{', '.join(f'{c.__module__}.{c.__name__}' for c in missing)} (an extension's), not "
                 f"{type(self).__name__}: the settings would be ignored"
             )
-        callbacks = list(callbacks or [])
-        if not any(isinstance(cb, ScheduleResumeCallback) for cb in callbacks):
-            callbacks.append(ScheduleResumeCallback())  # a checkpoint without a schedule resumes on it
-        if args.aer_measurements:  # off (a non-AER method, not asked for): nothing of AER's, as trl.GRPOTrainer
-            if not any(isinstance(cb, AERCallback) for cb in callbacks):
-                callbacks.append(AERCallback.from_args(args))
-            for cb in callbacks:
-                if isinstance(cb, AERCallback):
-                    cb.settings = args.run_settings()
-            if not any(isinstance(cb, MetricsFileCallback) for cb in callbacks):
-                callbacks.append(MetricsFileCallback())  # <output_dir>/metrics.jsonl, whatever report_to says
-        else:
+        callbacks = trainer_callbacks(args, callbacks)
+        if not args.aer_measurements:
             self._tag_names = GRPOTrainer._tag_names  # TRL's tags on the model and its card
         if args.method_settings:
             logger.info("method=%r sets %s", args.method, args.method_settings)
-        if colocate_on_cpu(args):
-            prepare_vllm_on_cpu(model, args)
-        with colocated_engine_settings(self):  # vLLM in the trainer's dtype, eager on CPU (aer_trl.vllm_support)
+        with vllm_for_trainer(self, model, args):  # aer_trl.vllm_support: the engine's dtype, CPU fixes
             super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
         set_chat_template(
             self.processing_class, args.chat_template_path, prompts_are_conversational(self.train_dataset)
         )
-        if colocate_on_cpu(args):
-            synced_through_reload(self.vllm_generation)  # MoE (and dense) syncs that reach vLLM's CPU kernels
         self._engine_guard = EngineDriftGuard.for_trainer(self.model, args)  # stops a run whose engine drifted
         self._aer_method = get_method(args.method)
+        # the one owner of α (H0, H*): resuming keeps this instance and loads the checkpoint's state into it
+        self._aer_callback = next((cb for cb in callbacks if isinstance(cb, AERCallback)), None)
         self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
         self._aer_correctness_index = resolve_correctness_index(args.aer_correctness_reward, self.reward_func_names)
-        self._aer_entropy_stats: torch.Tensor | None = None  # local [sum of H over tokens, token count]
-        # per phase (`metric_phase`): the aer/* values last logged, repeated on logging steps where it did not run
-        self._aer_carried: dict[str, dict[str, float]] = {}
-        self._aer_phases_run: set[str] = set()  # the phases that ran since the last logging step
+        self._aer_entropy_stats: torch.Tensor | None = None  # local `entropy_sums` of the rollout batch so far
+        self._aer_carried = CarriedMetrics()  # what logging steps without a new rollout batch carry
         self.aer_resume_changes: dict[str, tuple] = {}  # settings that differ from the checkpoint resumed from
         self._aer_draws: tuple[int, str, int] = (-1, "train", 0)  # (optimizer step, mode, hook calls in it so far)
         slow = cpu_bf16_warning(self.accelerator.device, args.bf16, self.model)
@@ -198,20 +110,13 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
     # ------------------------------------------------------------------------------------------------ controller
     @property
     def aer_callback(self) -> AERCallback:
-        """The live AERCallback (looked up each time: resuming may replace the instance)."""
-        for cb in self.callback_handler.callbacks:
-            if isinstance(cb, AERCallback):
-                return cb
-        if not self.args.aer_measurements:
+        """The AERCallback that owns α, H0 and H* (the controller's state), for every read of α."""
+        if self._aer_callback is None:
             raise RuntimeError(
                 f"method={self.args.method!r} trains without AER's controller (aer_measurements is off); set "
                 "aer_measurements=True to measure entropy as AER does"
             )
-        raise RuntimeError("AERGRPOTrainer needs an AERCallback in its callbacks; it was removed")
-
-    @property
-    def aer_alpha(self) -> float:
-        return self.aer_callback.alpha
+        return self._aer_callback
 
     @contextmanager
     def _capturing(self, name: str, capture):
@@ -257,32 +162,19 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
         correct = (rewards >= self.args.aer_correctness_threshold).float()
         correct[torch.isnan(rewards)] = float("nan")  # unscorable completions are left out of g(q)
         g = group_accuracy(correct, num_generations)
+        alpha, rho = self.aer_callback.alpha, self.args.aer_rho
         lam = difficulty_coefficients(
-            g, self.aer_alpha, self.args.aer_rho, self.args.aer_eps, difficulty_aware=self.args.aer_difficulty_aware
+            g, alpha, rho, self.args.aer_eps, difficulty_aware=self.args.aer_difficulty_aware
         )
+        if mode == "train":
+            self._aer_carried.ran.add("rollout")
+        buckets = log_rollout(self._metrics[mode], g, lam, rho)  # aer_trl.metrics: where the entropy budget goes
         local = output["advantages"].size(0)
         process_slice = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
         # λ stays on the host (one float per completion): compute_loss can then skip λ = 0 micro-batches without
         # waiting for the device; TRL's shuffle and split index host tensors like device ones.
         output["aer_lambda"] = lam[process_slice].cpu()
-        buckets = difficulty_buckets(g, self.args.aer_rho)
         output["aer_bucket"] = buckets[process_slice].cpu()
-
-        metrics = self._metrics[mode]
-        if mode == "train":
-            self._aer_phases_run.add("rollout")
-        metrics["aer/lambda_mean"].append(lam.mean().item())
-        # per-difficulty telemetry: where the entropy budget goes (the entropy per bucket is logged per rollout batch)
-        for b, name in enumerate(BUCKETS):
-            members = buckets == b
-            metrics[f"aer/bucket/{name}/share"].append(members.float().mean().item())
-            if members.any():
-                metrics[f"aer/bucket/{name}/lambda"].append(lam[members].mean().item())
-                metrics[f"aer/bucket/{name}/accuracy"].append(g[members].mean().item())
-        metrics["aer/hard_fraction"].append(hard_mask(g, self.args.aer_rho).float().mean().item())
-        g_mean = torch.nanmean(g).item()
-        if not math.isnan(g_mean):
-            metrics["aer/group_accuracy"].append(g_mean)
         return output
 
     # ------------------------------------------------------------------------------------------------ loss
@@ -368,19 +260,8 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
             lam = lam.to(device=seq_entropy.device, dtype=seq_entropy.dtype, non_blocking=True)
             loss = loss - (lam * seq_entropy).mean() / accumulation_factor
 
-        if mode == "train" and self.args.aer_measurements:
-            # [Σ H, token count, then Σ H and token count per difficulty bucket]: summed over micro-batches and
-            # reduced over processes together at the end of the rollout batch
-            seq_sum, seq_count = (entropies.detach() * mask).sum(-1).float(), mask.sum(-1).float()
-            bucket = inputs.get("aer_bucket")
-            if bucket is not None:
-                onehot = torch.nn.functional.one_hot(bucket.clamp(min=0), len(BUCKETS)).float()
-                onehot[bucket < 0] = 0
-                onehot = onehot.to(seq_sum.device, non_blocking=True)
-                per_bucket = torch.cat([onehot.T @ seq_sum, onehot.T @ seq_count])
-            else:
-                per_bucket = torch.zeros(2 * len(BUCKETS), device=seq_sum.device)
-            stats = torch.cat([torch.stack([seq_sum.sum(), seq_count.sum()]), per_bucket])
+        if mode == "train" and self.args.aer_measurements:  # summed over the rollout batch (aer_trl.metrics)
+            stats = entropy_sums(entropies, mask, inputs.get("aer_bucket"))
             self._aer_entropy_stats = stats if self._aer_entropy_stats is None else self._aer_entropy_stats + stats
         return loss
 
@@ -398,26 +279,12 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
             stats = torch.zeros(2 + 2 * len(BUCKETS), device=self.accelerator.device)
         stats = self.accelerator.reduce(stats.to(self.accelerator.device), reduction="sum").tolist()
         self._aer_entropy_stats = None
-        self._aer_phases_run.add("entropy")
-        entropy = stats[0] / stats[1] if stats[1] > 0 else float("nan")
+        self._aer_carried.ran.add("entropy")
+        entropy = log_entropy(self._metrics["train"], stats)
+        if all(cb is not self.aer_callback for cb in self.callback_handler.callbacks):
+            raise RuntimeError("AERGRPOTrainer's AERCallback was removed from its callbacks: α could not move")
         self.aer_callback.submit_entropy(entropy)
-        if not math.isnan(entropy):
-            self._metrics["train"]["aer/entropy"].append(entropy)
-        n = len(BUCKETS)
-        for b, name in enumerate(BUCKETS):
-            if stats[2 + n + b] > 0:
-                self._metrics["train"][f"aer/bucket/{name}/entropy"].append(stats[2 + b] / stats[2 + n + b])
         return entropy
-
-    def _aer_restore_carried(self) -> None:
-        """On resume: the values logging steps carry come back from the checkpoint's last training log, so the
-        resumed run logs what the uninterrupted one does (checkpoints end a rollout batch: that log holds both
-        phases)."""
-        last = next((h for h in reversed(self.state.log_history) if "loss" in h), {})
-        self._aer_carried, self._aer_phases_run = {}, set()
-        for key, value in last.items():
-            if key.startswith("aer/") and key not in LIVE_KEYS:
-                self._aer_carried.setdefault(metric_phase(key), {})[key] = value
 
     # ------------------------------------------------------------------------------------------------ model card
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
@@ -427,15 +294,7 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
     # ------------------------------------------------------------------------------------------------ logging
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.args.aer_measurements and not any(key.startswith("eval_") for key in logs):
-            # a logging step without a new rollout batch (steps_per_generation > gradient_accumulation_steps) still
-            # carries every aer/* metric: the value of the last rollout batch (TRL's fresh averages replace these).
-            # A phase that ran replaces all its values: a bucket with no prompts in the latest batch logs none.
-            fresh = {k: sum(v) / len(v) for k, v in self._metrics["train"].items() if k.startswith("aer/") and v}
-            for phase in self._aer_phases_run:
-                self._aer_carried[phase] = {k: v for k, v in fresh.items() if metric_phase(k) == phase}
-            self._aer_phases_run.clear()
-            for values in self._aer_carried.values():
-                logs.update({k: v for k, v in values.items() if k not in logs})
+            self._aer_carried.fill(logs, self._metrics["train"])  # the last rollout batch's aer/* values
             cb = self.aer_callback
             logs["aer/alpha"] = cb.alpha
             if cb.initial_entropy is not None:

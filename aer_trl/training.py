@@ -16,7 +16,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .callback import AERCallback
+from .callbacks import AERCallback
 from .config import AERGRPOConfig, describe_changes, shaping_settings
 from .data import PromptArguments, get_source, resolve_format
 from .evaluation import PassAtKCallback

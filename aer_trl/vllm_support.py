@@ -354,3 +354,18 @@ def release_colocated_engine(trainer) -> None:
     from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
     cleanup_dist_env_and_memory()
+
+
+@contextmanager
+def vllm_for_trainer(trainer, model, args):
+    """Around `GRPOTrainer.__init__` (which builds TRL's vLLM engine): everything this module does for the trainer.
+    Colocated on the CPU, the version check and defaults before (`prepare_vllm_on_cpu`) and, once TRL's generation
+    object exists, its weight sync routed through vLLM's reload path (`synced_through_reload`); the engine's settings
+    while it is built (`colocated_engine_settings`). Without vLLM, or with `use_vllm` off, nothing."""
+    on_cpu = colocate_on_cpu(args)
+    if on_cpu:
+        prepare_vllm_on_cpu(model, args)
+    with colocated_engine_settings(trainer):
+        yield
+    if on_cpu:
+        synced_through_reload(trainer.vllm_generation)  # MoE (and dense) syncs that reach vLLM's CPU kernels

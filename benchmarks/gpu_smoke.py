@@ -310,7 +310,7 @@ def study_overrides(cpu: bool) -> list[str]:
     float32 where the CPU has no bfloat16 matrix kernels (an AVX2-only CPU: PyTorch's reference GEMM, ~200 s a step
     under autocast instead of ~10; the CPU mode checks the plumbing, not the figures)."""
     if cpu:
-        from aer_trl.trainer import cpu_has_bf16_kernels
+        from aer_trl.hardware import cpu_has_bf16_kernels
 
         return [] if cpu_has_bf16_kernels() else ["--bf16", "false"]
     flags = ["--use_cpu", "false", "--share_prompt_forward", "false", "--share_prompt_generation", "false"]

@@ -44,7 +44,7 @@ from trl import GRPOTrainer  # noqa: E402
 
 from aer_bench.training import BenchConfig as AERGRPOConfig  # noqa: E402 (AERGRPOConfig + share_prompt_forward)
 from aer_bench.training import BenchGRPOTrainer as AERGRPOTrainer  # noqa: E402
-from aer_trl.trainer import cpu_has_bf16_kernels  # noqa: E402
+from aer_trl.hardware import cpu_has_bf16_kernels  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ from transformers import TrainerControl, TrainerState
 from aer_trl import AERCallback, AERGRPOConfig
 
 
-def args(steps_per_generation=2, num_iterations=1, gradient_accumulation_steps=1, aer_enabled=True):
+def args(steps_per_generation=2, num_iterations=1, gradient_accumulation_steps=1, aer_measurements=True):
     return SimpleNamespace(
         steps_per_generation=steps_per_generation,
         num_iterations=num_iterations,
         gradient_accumulation_steps=gradient_accumulation_steps,
-        aer_enabled=aer_enabled,
+        aer_measurements=aer_measurements,
     )
 
 
@@ -67,14 +67,14 @@ def test_from_args_reads_the_config_fields(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "step, aer_enabled, kept",
+    "step, aer_measurements, kept",
     [(3, True, False), (4, True, True), (3, False, True)],
     ids=["inside-a-rollout-batch", "at-a-rollout-boundary", "aer-off"],
 )
-def test_a_save_inside_a_rollout_batch_is_vetoed_only_for_aer(step, aer_enabled, kept):
+def test_a_save_inside_a_rollout_batch_is_vetoed_only_for_aer(step, aer_measurements, kept):
     cb = AERCallback()
     control = TrainerControl(should_save=True)
-    run_args = args(steps_per_generation=2, aer_enabled=aer_enabled)  # 2 optimizer steps per rollout batch
+    run_args = args(steps_per_generation=2, aer_measurements=aer_measurements)  # 2 optimizer steps per rollout batch
     if kept:
         cb.on_step_end(run_args, TrainerState(global_step=step), control)
     else:

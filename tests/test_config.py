@@ -32,7 +32,7 @@ BASE = dict(output_dir="/tmp/aer-config-test", use_cpu=True, bf16=False, report_
         ({"aer_bonus_quantile": 1.2}, r"aer_bonus_quantile must be in \(0, 1\]"),
         ({"aer_anchor_rollouts": 0}, "aer_anchor_rollouts must be an integer >= 1"),
         ({"aer_anchor_rollouts": 1.5}, "aer_anchor_rollouts must be an integer >= 1"),
-        ({"num_generations": 1}, "num_generations must be >= 2"),
+        ({"num_generations": 1}, "at least 2 generations per prompt"),  # TRL's own check
         ({"entropy_coef": 0.01}, "entropy_coef=0.0 and use_adaptive_entropy=False"),
         ({"use_adaptive_entropy": True}, "entropy_coef=0.0 and use_adaptive_entropy=False"),
     ],
@@ -156,8 +156,59 @@ def test_an_unknown_key_is_refused_by_name(tmp_path):
         parse_recipe(["--output_dir", str(tmp_path), "--use_cpu", "--bf16=false", "--entropy_target_ratio=0.4"])
 
 
-def test_use_cache_is_dropped_from_generation_kwargs_only_for_vllm(tmp_path):
+def test_use_cache_is_dropped_from_generation_kwargs_only_for_vllm_with_a_warning(tmp_path, caplog):
     # the CPU recipes pass `use_cache` to transformers' generate; vLLM's SamplingParams refuses it (seen on an H100)
     kwargs = {"use_cache": True, "top_k": 5}
-    assert make_config(tmp_path, use_vllm=True, generation_kwargs=dict(kwargs)).generation_kwargs == {"top_k": 5}
+    with caplog.at_level("WARNING", logger="aer_trl.config"):
+        assert make_config(tmp_path, use_vllm=True, generation_kwargs=dict(kwargs)).generation_kwargs == {"top_k": 5}
+    assert "generation_kwargs: use_cache dropped because use_vllm=True" in caplog.text  # what and why
     assert make_config(tmp_path, generation_kwargs=dict(kwargs)).generation_kwargs == kwargs
+
+
+# ------------------------------------------------------------------------------------------ TRL's config contract
+def test_trl_fields_keep_trls_meaning_and_the_two_unset_ones_say_so(tmp_path):
+    """AER re-declares exactly two of TRL's fields, each only to tell "unset" from a value (a method's own ε; moving
+    checkpointing to transformers' newer name); their help says so, and the built config holds TRL's value, as a
+    GRPOConfig of the same arguments does. Every other TRL field keeps TRL's default."""
+    from dataclasses import MISSING, fields
+
+    from trl import GRPOConfig
+
+    trl_fields = {f.name: f for f in fields(GRPOConfig)}
+
+    def default(f):
+        return (
+            f.default if f.default is not MISSING else f.default_factory() if f.default_factory is not MISSING else f
+        )
+
+    redeclared = {
+        f.name for f in fields(AERGRPOConfig) if f.name in trl_fields and default(f) != default(trl_fields[f.name])
+    }
+    assert redeclared == {"epsilon", "gradient_checkpointing"}
+    help_of = {f.name: f.metadata["help"] for f in fields(AERGRPOConfig)}
+    assert all("Unset (None, AER's default, so that" in help_of[name] for name in redeclared)
+    aer = AERGRPOConfig(**{**BASE, "output_dir": str(tmp_path / "aer")}, method="grpo")
+    trl = GRPOConfig(**{**BASE, "output_dir": str(tmp_path / "trl")})
+    assert (aer.epsilon, aer.epsilon_high) == (trl.epsilon, trl.epsilon_high) == (0.2, None)  # None: "= epsilon"
+    on = lambda c: getattr(c, "activation_checkpointing", None) or c.gradient_checkpointing  # noqa: E731
+    assert on(aer) == on(trl) is True
+    assert make_config(tmp_path / "user", method="grpo", epsilon=0.2).epsilon == 0.2  # a user's value is kept
+    assert make_config(tmp_path / "off", gradient_checkpointing=False).gradient_checkpointing in (False, None)
+    assert not on(make_config(tmp_path / "off2", gradient_checkpointing=False))
+
+
+def test_aer_checks_run_on_the_finished_config(tmp_path, monkeypatch):
+    """`validate_aer` sees the config after TRL's __post_init__ (TRL's derived values are set), not before it."""
+    import aer_trl.config as config_module
+
+    seen = {}
+    monkeypatch.setattr(config_module, "validate_aer", lambda c: seen.update(batch=c.generation_batch_size))
+    make_config(tmp_path)
+    assert isinstance(seen["batch"], int) and seen["batch"] > 0  # TRL derives it in its __post_init__
+
+
+def test_save_steps_inside_a_rollout_batch_is_changed_with_a_warning_that_says_why(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="aer_trl.config"):
+        args = make_config(tmp_path, steps_per_generation=4, save_strategy="steps", save_steps=3)
+    assert args.save_steps == 4
+    assert "save_steps=3 falls inside a rollout batch" in caplog.text and "rounded up to 4" in caplog.text

@@ -77,7 +77,7 @@ def test_trls_method_trains_logs_and_writes_its_card_exactly_as_trl(tmp_path):
 
 def test_a_plain_grpo_config_with_trls_entropy_bonus_trains_trls_method(tmp_path, caplog):
     grpo = GRPOConfig(**helpers.config_kwargs(tmp_path, max_steps=1, entropy_coef=0.05))
-    with caplog.at_level("WARNING", logger="aer_trl.trainer"):
+    with caplog.at_level("WARNING", logger="aer_trl.config"):
         trainer = _trainer(AERGRPOTrainer, grpo)
     assert trainer.args.method == "grpo" and trainer.args.entropy_coef == 0.05
     assert "because it sets TRL's entropy_coef" in caplog.text
@@ -123,7 +123,7 @@ def test_a_stop_inside_a_rollout_batch_writes_no_checkpoint_there_and_resumes_ex
     assert sorted(p.name for p in (tmp_path / "stopped").glob("checkpoint-*")) == ["checkpoint-2"]
     resumed = _trainer(AERGRPOTrainer, config(tmp_path / "stopped", 6))
     resumed.train(resume_from_checkpoint=resolve_resume("latest", str(tmp_path / "stopped")))
-    assert resumed.aer_alpha == pytest.approx(full.aer_alpha) == pytest.approx(0.2)
+    assert resumed.aer_callback.alpha == pytest.approx(full.aer_callback.alpha) == pytest.approx(0.2)
     # α after every iteration and H0 / H* as uninterrupted (the sampled completions after a resume are TRL's own
     # business: their entropies agree to ~1e-3, not bit for bit)
     alphas = [[h["alpha"] for h in t.aer_callback.controller.history] for t in (resumed, full)]

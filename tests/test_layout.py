@@ -65,3 +65,11 @@ def test_an_upward_import_breaks_the_floors(tmp_path):
     assert result.returncode != 0
     assert "aer_trl.core_algos -> aer_trl.training" in result.stdout
     assert "aer_trl.rewards -> aer_bench.stats" in result.stdout
+
+
+def test_no_library_module_is_over_400_lines():
+    """A module a newcomer reads in one sitting: the trainer wires AER into TRL and nothing else (what advises,
+    carries metrics or patches another library lives in a module named for it), and no module is over 400 lines."""
+    sizes = {p.relative_to(PACKAGE).as_posix(): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > 400} == {}
+    assert sizes["trainer.py"] < 400

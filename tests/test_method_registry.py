@@ -37,7 +37,8 @@ def half_adv():
 def test_a_method_registered_from_outside_trains_and_appears_in_card_and_table(tmp_path, half_adv):
     tokenizer = helpers.make_tokenizer()
     args = helpers.make_config(tmp_path, method="half_adv", max_steps=2, aer_measurements=True)
-    assert args.aer_enabled is False and args.aer_measurements is True and args.method_settings == {}
+    assert method_registry.get_method(args.method).aer is False
+    assert args.aer_measurements is True and args.method_settings == {}
     trainer = helpers.make_trainer(tokenizer, args)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()

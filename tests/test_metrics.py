@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 from transformers import TrainerState
 
-from aer_trl.metrics import MetricsFileCallback, read_metrics
+from aer_trl.callbacks import MetricsFileCallback
+from aer_trl.metrics import read_metrics
 
 
 def _state(step, zero=True):

@@ -388,9 +388,9 @@ def test_anchor_over_three_rollouts_in_training(tmp_path, tokenizer):
 def test_bf16_on_a_cpu_without_bf16_kernels_is_warned_about(tmp_path, tokenizer, caplog, monkeypatch, kernels):
     """bf16 autocast on an AVX2-only CPU runs every matmul in PyTorch's reference GEMM (measured ~11x slower per step
     than float32): the trainer says so, naming the setting; where the kernels exist, or in float32, it says nothing."""
-    import aer_trl.trainer as trainer_module
+    import aer_trl.hardware as hardware
 
-    monkeypatch.setattr(trainer_module, "cpu_has_bf16_kernels", lambda: kernels)
+    monkeypatch.setattr(hardware, "cpu_has_bf16_kernels", lambda: kernels)
     with caplog.at_level("WARNING", logger="aer_trl.trainer"):
         helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "fp32"))
     assert "bfloat16 matrix kernels" not in caplog.text
@@ -401,12 +401,12 @@ def test_bf16_on_a_cpu_without_bf16_kernels_is_warned_about(tmp_path, tokenizer,
 
 
 def test_bf16_weights_on_a_cpu_without_kernels_name_the_dtype(monkeypatch):
-    import aer_trl.trainer as trainer_module
+    import aer_trl.hardware as hardware
 
-    monkeypatch.setattr(trainer_module, "cpu_has_bf16_kernels", lambda: False)
+    monkeypatch.setattr(hardware, "cpu_has_bf16_kernels", lambda: False)
     model = torch.nn.Linear(2, 2).to(torch.bfloat16)
-    message = trainer_module.cpu_bf16_warning("cpu", False, model)
+    message = hardware.cpu_bf16_warning("cpu", False, model)
     assert "the model's bfloat16 weights" in message and "dtype='float32'" in message
-    assert trainer_module.cpu_bf16_warning("cuda", True, model) is None  # a GPU's bf16 is its own matter
-    assert trainer_module.cpu_bf16_warning("cpu", False, torch.nn.Linear(2, 2)) is None
-    assert isinstance(trainer_module.cpu_has_bf16_kernels(), bool)
+    assert hardware.cpu_bf16_warning("cuda", True, model) is None  # a GPU's bf16 is its own matter
+    assert hardware.cpu_bf16_warning("cpu", False, torch.nn.Linear(2, 2)) is None
+    assert isinstance(hardware.cpu_has_bf16_kernels(), bool)

@@ -162,7 +162,7 @@ class PassAtKCallback(TrainerCallback, ExportableState):
         if args.save_strategy == "no":
             raise ValueError("PassAtKCallback (eval_benchmark) saves the best checkpoint: set save_strategy 'steps'")
         steps = rollout_steps(args)
-        if getattr(args, "aer_enabled", False) and steps:
+        if getattr(args, "aer_measurements", False) and steps:
             if self.eval_steps % steps:
                 # AERCallback vetoes a checkpoint inside a rollout batch: the best one would never be written
                 raise ValueError(

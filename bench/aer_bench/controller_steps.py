@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from aer_trl.callback import AERCallback
+from aer_trl.callbacks import AERCallback
 from aer_trl.core_algos import AERController
 from aer_trl.methods import Method, register_method
 

@@ -215,9 +215,9 @@ def test_gpu_smoke_study_part_switches_the_cpu_recipe_to_the_gpu(monkeypatch):
 
     import aer_trl.trainer
 
-    monkeypatch.setattr(aer_trl.trainer, "cpu_has_bf16_kernels", lambda: True)
+    monkeypatch.setattr(aer_trl.hardware, "cpu_has_bf16_kernels", lambda: True)
     assert gpu_smoke.study_overrides(cpu=True) == []
-    monkeypatch.setattr(aer_trl.trainer, "cpu_has_bf16_kernels", lambda: False)  # an AVX2-only CPU: ~20x a step
+    monkeypatch.setattr(aer_trl.hardware, "cpu_has_bf16_kernels", lambda: False)  # an AVX2-only CPU: ~20x a step
     assert gpu_smoke.study_overrides(cpu=True) == ["--bf16", "false"]
     monkeypatch.setattr(gpu_smoke, "has_vllm", lambda: True)
     flags = gpu_smoke.study_overrides(cpu=False)

@@ -77,7 +77,7 @@ def test_one_aer_step_on_the_real_model_moves_alpha_as_the_controller_says(arith
     entropy = history[0]["entropy"]
     assert 0 < entropy < 100
     expected = update_alpha(0.01, entropy, 100.0, 0.01, alpha_max=0.2)
-    assert trainer.aer_alpha == pytest.approx(expected) == pytest.approx(0.02)
+    assert trainer.aer_callback.alpha == pytest.approx(expected) == pytest.approx(0.02)
 
 
 def test_a_few_shot_conversation_keeps_its_turns_through_loading_training_and_evaluation(smollm2, tmp_path):

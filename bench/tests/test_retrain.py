@@ -61,10 +61,10 @@ def test_a_gpu_retrain_names_its_device_and_a_cpu_one_its_bf16_kernels(monkeypat
     cpu = cells.environment()
     assert not {"gpu", "cuda", "vllm"} & set(cpu)
     assert isinstance(cpu["cpu_bf16_kernels"], bool)
-    import aer_trl.trainer
+    import aer_trl.hardware
 
     # an AVX2-only CPU runs a bf16 cell on PyTorch's reference GEMM: a retrain there says so
-    monkeypatch.setattr(aer_trl.trainer, "cpu_has_bf16_kernels", lambda: not cpu["cpu_bf16_kernels"])
+    monkeypatch.setattr(aer_trl.hardware, "cpu_has_bf16_kernels", lambda: not cpu["cpu_bf16_kernels"])
     other = cells.environment()
     assert retrain.environment_changes(cpu, other) == {
         "cpu_bf16_kernels": [cpu["cpu_bf16_kernels"], not cpu["cpu_bf16_kernels"]]

@@ -23,7 +23,7 @@ class RecordingTrainer(BenchGRPOTrainer):  # the library's trainer plus the benc
     rollouts: list
 
     def _generate_and_score_completions(self, inputs):
-        alpha = self.aer_alpha
+        alpha = self.aer_callback.alpha
         output = super()._generate_and_score_completions(inputs)
         self.rollouts.append(
             {

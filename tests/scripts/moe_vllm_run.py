@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-import aer_trl.trainer  # noqa: E402
+import aer_trl.vllm_support  # noqa: E402
 from aer_trl import AERGRPOTrainer  # noqa: E402
 from aer_trl.vllm_support import EngineDriftError  # noqa: E402
 from tests import helpers  # noqa: E402
@@ -52,7 +52,8 @@ def main():
     helpers.make_moe_model(tokenizer, hidden_size=128, expert_size=args.expert_size).save_pretrained(path)
     tokenizer.save_pretrained(path)
     if args.no_sync:
-        aer_trl.trainer.synced_through_reload = lambda generation: setattr(generation, "sync_weights", lambda: None)
+        no_sync = lambda generation: setattr(generation, "sync_weights", lambda: None)  # noqa: E731
+        aer_trl.vllm_support.synced_through_reload = no_sync
     config = helpers.make_config(
         root / "run",
         use_vllm=True,

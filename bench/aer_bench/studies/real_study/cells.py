@@ -62,13 +62,13 @@ def environment() -> dict:
 
 def device_environment(version) -> dict:
     """On a CUDA machine, the device and vLLM's version (a cell trained there). On a CPU, whether PyTorch has bfloat16
-    matrix kernels there (`cpu_bf16_kernels`, `aer_trl.trainer.cpu_has_bf16_kernels`): without them a bf16 cell runs
+    matrix kernels there (`cpu_bf16_kernels`, `aer_trl.hardware.cpu_has_bf16_kernels`): without them a bf16 cell runs
     every matmul in PyTorch's reference GEMM (another float path, and ~20x the step time of a CPU with them:
     docs/real_llm.md §3.11)."""
     import torch
 
     if not torch.cuda.is_available():
-        from aer_trl.trainer import cpu_has_bf16_kernels
+        from aer_trl.hardware import cpu_has_bf16_kernels
 
         return {"cpu_bf16_kernels": cpu_has_bf16_kernels()}
     return {"gpu": torch.cuda.get_device_name(), "cuda": torch.version.cuda, "vllm": version("vllm")}

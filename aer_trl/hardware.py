@@ -1,0 +1,35 @@
+"""What this machine runs fast: the advice the trainer gives a user whose settings would run many times slower here
+than they need to (logged once at start, never acted on: the user's settings are kept)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def cpu_has_bf16_kernels() -> bool:
+    """Whether PyTorch multiplies bfloat16 matrices on this CPU with oneDNN's kernels (x86 with AVX-512 or AMX, Arm
+    with bf16). Without them (an AVX2-only CPU, e.g. AMD EPYC Milan) a bf16 matmul falls back to PyTorch's reference
+    GEMM. True when torch cannot say."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return True
+
+
+def cpu_bf16_warning(device, bf16: bool, model) -> str | None:
+    """What to tell a user who trains in bfloat16 (`bf16=True`: autocast, TRL's default; or bf16 weights) on a CPU
+    without bf16 matrix kernels (`cpu_has_bf16_kernels`): every matmul then runs in PyTorch's reference GEMM. Measured
+    on a 2-core AMD EPYC (AVX2), SmolLM2-135M, 32 completions of 138 tokens, GRPO: 198-200 s per step under bf16
+    autocast against 18 s in float32 (docs/usage.md). None where it does not apply."""
+    if torch.device(device).type != "cpu":
+        return None
+    weights = any(p.dtype == torch.bfloat16 for p in model.parameters())
+    if not (bf16 or weights) or cpu_has_bf16_kernels():
+        return None
+    what = "bf16=True (autocast)" if bf16 else "the model's bfloat16 weights"
+    return (
+        f"{what} on a CPU without bfloat16 matrix kernels (torch.ops.mkldnn._is_mkldnn_bf16_supported() is False: "
+        "no AVX-512 or AMX): every bf16 matmul runs in PyTorch's reference GEMM, about 10x slower per step than "
+        "float32 (measured: 200 s against 18 s for SmolLM2-135M). Train in float32 here: bf16=False"
+        + ("" if bf16 else " and dtype='float32'")
+    )
