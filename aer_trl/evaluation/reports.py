@@ -7,6 +7,7 @@ import json
 import logging
 from pathlib import Path
 
+from ..extras import available, missing_message, require
 from ..files import atomic_write
 from .args import EvalArguments
 
@@ -27,7 +28,10 @@ def write_reports(args: EvalArguments, metrics: dict) -> dict:
         merged.setdefault(model, {}).update(per_bench)
     atomic_write(path, json.dumps(merged, indent=2))
     atomic_write(out / "table.md", markdown_table(merged, args) + "\n")
-    plot_pass_at_k(merged, out / "passk.png")
+    if available("matplotlib"):
+        plot_pass_at_k(merged, out / "passk.png")
+    else:  # the numbers are all in metrics.json and table.md; the figure needs the plots extra
+        logger.warning("passk.png not drawn: %s", missing_message("matplotlib"))
     return merged
 
 
@@ -119,8 +123,8 @@ def markdown_table(metrics: dict, args: EvalArguments) -> str:
 
 
 def plot_pass_at_k(metrics: dict, path: Path) -> Path:
-    import matplotlib
-
+    """pass@k against k (log2 axis), one panel per benchmark; needs the `plots` extra (matplotlib)."""
+    matplotlib = require("matplotlib")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
