@@ -691,7 +691,7 @@ def test_a_bad_deviation_names_its_file_and_what_is_wrong(tmp_path, deviation, d
     assert str(registered.parent / "deviation.yaml") in str(err.value)
 
 
-def test_the_hard_study_docs_recomputations_from_raw_records_print_what_the_docs_say():
+def test_the_hard_study_docs_recomputations_from_raw_records_print_what_the_docs_say(monkeypatch, capsys):
     """docs/real_llm.md §3.11's snippets that recompute the hard-problem study's primary endpoint from the raw
     passk.json records (every pair; without the resumed cells' pairs) print the figures written under them."""
     root = Path(__file__).resolve().parents[2]
@@ -705,5 +705,6 @@ def test_the_hard_study_docs_recomputations_from_raw_records_print_what_the_docs
         if not line.startswith("    # "):
             break
         expected.append(line[6:])
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
-    assert result.stdout.split("\n")[:-1] == expected and len(expected) == 3
+    monkeypatch.chdir(root)  # the snippet reads results/ from the repository's root, as the docs run it
+    exec(compile(code, "docs/real_llm.md", "exec"), {})
+    assert capsys.readouterr().out.split("\n")[:-1] == expected and len(expected) == 3
