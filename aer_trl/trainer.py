@@ -84,6 +84,8 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
                 f"{type(self).__name__}: the settings would be ignored"
             )
         callbacks = trainer_callbacks(args, callbacks)
+        # the one owner of α (H0, H*): resuming keeps this instance and loads the checkpoint's state into it
+        self._aer_callback = next((cb for cb in callbacks if isinstance(cb, AERCallback)), None)
         if not args.aer_measurements:
             self._tag_names = GRPOTrainer._tag_names  # TRL's tags on the model and its card
         if args.method_settings:
@@ -95,8 +97,6 @@ class AERGRPOTrainer(ResumeMixin, GRPOTrainer):
         )
         self._engine_guard = EngineDriftGuard.for_trainer(self.model, args)  # stops a run whose engine drifted
         self._aer_method = get_method(args.method)
-        # the one owner of α (H0, H*): resuming keeps this instance and loads the checkpoint's state into it
-        self._aer_callback = next((cb for cb in callbacks if isinstance(cb, AERCallback)), None)
         self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
         self._aer_correctness_index = resolve_correctness_index(args.aer_correctness_reward, self.reward_func_names)
         self._aer_entropy_stats: torch.Tensor | None = None  # local `entropy_sums` of the rollout batch so far
