@@ -1,4 +1,4 @@
-"""aer_trl: Adaptive Entropy Regularization (AER) for GRPO, as a TRL extension.
+"""aer_trl: Adaptive Entropy Regularization (AER) for TRL's GRPO and RLOO trainers, as a TRL extension.
 
 The top level loads lazily, as TRL's does: `import aer_trl` (and the pure math, `import aer_trl.core_algos`) imports
 neither TRL nor transformers; each name below is imported from its module the first time it is used.
@@ -15,6 +15,8 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     submod_attrs={
         "config": ["AERGRPOConfig", "AERConfig"],
         "trainer": ["AERGRPOTrainer"],
+        "rloo_trainer": ["AERRLOOTrainer"],
+        "rloo_config": ["AERRLOOConfig"],
         "core_algos": ["AERController", "difficulty_coefficients"],
         "callbacks": ["AERCallback"],
         "methods": ["Method", "TokenBatch", "get_method", "register_method"],
@@ -32,4 +34,6 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from .evaluation.validation import PassAtKCallback
     from .methods import Method, TokenBatch, get_method, register_method
     from .rewards import math_accuracy_reward
+    from .rloo_config import AERRLOOConfig
+    from .rloo_trainer import AERRLOOTrainer
     from .trainer import AERGRPOTrainer

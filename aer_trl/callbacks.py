@@ -16,8 +16,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from .config import rollout_steps
-from .core_algos import AERController
+from .core_algos import AERController, rollout_steps
 from .files import atomic_write
 
 logger = logging.getLogger(__name__)

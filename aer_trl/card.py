@@ -1,12 +1,12 @@
-"""The model card of an `AERGRPOTrainer` run: TRL's card for the method actually trained (its title, its paper), the
-data and prompt format it was trained on, and, for AER, the controller's settings and final state."""
+"""The model card of an AER trainer's run (`AERGRPOTrainer`, `AERRLOOTrainer`): TRL's card for the method actually
+trained (its title, its paper), the data and prompt format it was trained on, and, for AER, the controller's
+settings and final state."""
 
 from __future__ import annotations
 
 import os
 import textwrap
 
-from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .data import hub_dataset_id
@@ -48,12 +48,15 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
     method = trainer.args.method
     spec = get_method(method)
     aer = spec.aer
+    base_trainer = trainer.trl_trainer()  # TRL's GRPOTrainer, RLOOTrainer
+    kind, trainer_name = type(trainer.args).trainer_kind, type(trainer.args).trainer_name
     tags = [tags] if isinstance(tags, str) else list(tags or [])
-    trainer._name = spec.title
-    trainer._paper = AER_PAPER if aer else GRPOTrainer._paper
+    trainer._name = spec.title_for(kind)
+    trainer._paper = AER_PAPER if aer else base_trainer._paper
     telemetry = trainer.args.aer_measurements
-    extra = [] if method == "grpo" and not telemetry else [method]  # TRL's own card names no method for plain GRPO
-    GRPOTrainer.create_model_card(
+    # TRL's own card names no method for its plain trainer
+    extra = [] if method == kind and not telemetry else [method]
+    base_trainer.create_model_card(
         trainer, model_name=model_name, dataset_name=hub_dataset_id(dataset_name), tags=[*tags, *extra], **kwargs
     )
     if not trainer.is_world_process_zero():
@@ -88,13 +91,13 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
             ("AER iterations", str(cb.controller.iteration)),
         ]
         intro = (
-            "Trained with `aer_trl.AERGRPOTrainer`, which implements Adaptive Entropy Regularization: "
+            f"Trained with `aer_trl.{trainer_name}`, which implements Adaptive Entropy Regularization: "
             "difficulty-aware entropy coefficients, an initial-anchored target entropy and a dynamically adjusted "
             "global coefficient."
         )
     else:
         intro = (
-            f"Trained with `aer_trl.AERGRPOTrainer` as the `{method}` baseline of the AER paper's comparisons "
+            f"Trained with `aer_trl.{trainer_name}` as the `{method}` baseline of the AER paper's comparisons "
             "(no AER entropy bonus)."
         )
     section = (

@@ -1,17 +1,21 @@
-"""`AERGRPOConfig` (alias `AERConfig`): TRL's `GRPOConfig` plus the `aer_*` fields (docs/design.md)."""
+"""The configs of AER's trainers: `AERArguments`, the fields and checks every AER config has whichever TRL trainer it
+configures, and GRPO's: `AERGRPOConfig` (alias `AERConfig`) = `GRPOConfig` + `AERArguments` + the per-token
+baselines' fields. RLOO's pair is `rloo_config.AERRLOOConfig` (docs/design.md)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 from trl import GRPOConfig
 from trl.trainer.utils import get_config_model_id
 
 from .compat import has_activation_checkpointing
 from .config_checks import resolve_method, validate_aer
+from .core_algos import rollout_steps
 from .methods import get_method, methods
 
 logger = logging.getLogger(__name__)
@@ -33,35 +37,23 @@ def shaping_settings(values: dict) -> dict:
     return json.loads(json.dumps({k: v for k, v in values.items() if not _BOOKKEEPING.fullmatch(k)}, default=str))
 
 
-def rollout_steps(args) -> int | None:
-    """Optimizer steps per rollout batch, `steps_per_generation × num_iterations / gradient_accumulation_steps`, or
-    None where a rollout batch ends inside an optimizer step (TRL's own geometry: no boundary to align to). The one
-    place this is computed: saves, checkpoints and validation all align to it."""
-    per_rollout = args.steps_per_generation * args.num_iterations
-    if per_rollout % args.gradient_accumulation_steps:
-        return None
-    return per_rollout // args.gradient_accumulation_steps
-
-
-def settings_changes(saved: dict, current: dict) -> dict[str, tuple]:
-    """field -> (saved value, current value) for every field both sets know and that differs."""
-    return {k: (saved[k], current[k]) for k in sorted(saved.keys() & current.keys()) if saved[k] != current[k]}
-
-
-def describe_changes(changes: dict[str, tuple]) -> str:
-    """`{"tau": (0.4, 0.5)}` → "tau 0.4 -> 0.5", for warnings that name changed settings."""
-    return "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
-
-
 @dataclass
-class AERGRPOConfig(GRPOConfig):
+class AERArguments:
     r"""
-    Configuration for [`AERGRPOTrainer`]: every field of `trl.GRPOConfig` plus Adaptive Entropy Regularization.
+    The fields of Adaptive Entropy Regularization that every AER config adds to its TRL config, whichever trainer it
+    configures (`AERGRPOConfig`, `AERRLOOConfig`), with their checks and the resume and save rules that go with them.
 
-    The loss is `L = L_GRPO − mean_i(λ_i · H_i)` with `H_i` the sequence-level entropy of completion `i` and
+    The loss is `L = L_TRL − mean_i(λ_i · H_i)` with `H_i` the sequence-level entropy of completion `i` and
     `λ_i = α · max(0, ρ − g(q_i)) / (ρ + ε)` (C1). α is updated once per rollout batch by
     `α ← max(0, α + η · sgn(H* − H_t))` (C3) towards the target `H* = τ · H0` (C2).
+
+    A config class is `@dataclass class C(AERArguments, <TRL config>)`, in that order (TRL's fields keep their
+    positions; `__post_init__` runs AER's steps around TRL's), and names its trainer family in `trainer_kind`, which
+    the method registry (`Method.trainers`) is checked against.
     """
+
+    trainer_kind: ClassVar[str] = ""  # "grpo", "rloo": the TRL trainer family (aer_trl.methods.Method.trainers)
+    trainer_name: ClassVar[str] = ""  # the AER trainer this config goes with, for messages
 
     # TRL's `epsilon` (0.2) re-declared with "unset" as its default, so a method can tell a user's explicit value
     # (kept, or refused with an error) from no value (the method's own default): see `_apply_method`.
@@ -102,15 +94,6 @@ class AERGRPOConfig(GRPOConfig):
             "true to compare a baseline with AER on the same measurements."
         },
     )
-    ent_adv_alpha: float = field(default=0.4, metadata={"help": "Ent-Adv: scale α of the entropy advantage term."})
-    ent_adv_kappa: float = field(default=2.0, metadata={"help": "Ent-Adv: the term is capped at |A|/κ."})
-    clip_cov_ratio: float = field(
-        default=2e-4, metadata={"help": "Clip-Cov: share r of tokens whose gradient is cut."}
-    )
-    clip_cov_lb: float = field(default=1.0, metadata={"help": "Clip-Cov: lower covariance bound of candidates."})
-    clip_cov_ub: float = field(default=5.0, metadata={"help": "Clip-Cov: upper covariance bound of candidates."})
-    kl_cov_ratio: float = field(default=2e-3, metadata={"help": "KL-Cov: share r of top-covariance tokens penalised."})
-    kl_cov_coef: float = field(default=1.0, metadata={"help": "KL-Cov: coefficient κ of |logπ − logπ_old|."})
     aer_rho: float = field(
         default=0.2,
         metadata={
@@ -319,40 +302,97 @@ class AERGRPOConfig(GRPOConfig):
         return dict(self._method_settings)
 
     @classmethod
-    def for_trainer(cls, args, model) -> AERGRPOConfig:
-        """The config an `AERGRPOTrainer` trains with: `args` itself; for None a default one named after the model
-        (as `trl.GRPOTrainer`); a plain `trl.GRPOConfig` converted, the AER fields at their defaults (a drop-in for
-        `trl.GRPOTrainer`; a config that asks for TRL's own entropy bonus trains it, method 'grpo', since AER's would
-        be a second one), with a warning that says so; anything else a TypeError."""
+    def trl_config(cls) -> type:
+        """The TRL config this AER config extends (`GRPOConfig`, `RLOOConfig`)."""
+        return next(
+            b for b in cls.__mro__[1:] if not issubclass(b, AERArguments) and hasattr(b, "__dataclass_fields__")
+        )
+
+    @classmethod
+    def for_trainer(cls, args, model):
+        """The config an AER trainer trains with: `args` itself; for None a default one named after the model (as TRL's
+        trainers name theirs); a plain TRL config of the trainer's family converted, the AER fields at their defaults
+        (a drop-in for TRL's trainer), with a warning that says so; anything else a TypeError naming what is
+        accepted."""
+        base = cls.trl_config()
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
-            return cls(f"{model_name.split('/')[-1]}-AER")
-        if isinstance(args, GRPOConfig) and not isinstance(args, AERGRPOConfig):
-            trl_entropy = args.entropy_coef != 0.0 or args.use_adaptive_entropy
-            method = "grpo" if trl_entropy else cls.method
+            return cls(f"{model_name.split('/')[-1]}-{cls.default_run_suffix}")
+        if isinstance(args, base) and not isinstance(args, cls):
+            method = cls.method_for_trl_config(args)
             logger.warning(
-                "AERGRPOTrainer got a trl.GRPOConfig: converted with AERGRPOConfig.from_grpo_config, method=%r%s (AER "
-                "fields at their defaults); pass an AERGRPOConfig to set them",
+                "%s got a trl.%s: converted with %s.from_trl_config, method=%r (AER fields at their defaults); pass "
+                "an %s to set them",
+                cls.trainer_name,
+                base.__name__,
+                cls.__name__,
                 method,
-                " because it sets TRL's entropy_coef/use_adaptive_entropy" if trl_entropy else "",
+                cls.__name__,
             )
-            return cls.from_grpo_config(args, method=method)
-        if not isinstance(args, AERGRPOConfig):
+            return cls.from_trl_config(args, method=method)
+        if not isinstance(args, cls):
+            hint = ""
+            if isinstance(args, AERArguments):
+                hint = f" ({type(args).__name__} configures {type(args).trainer_name}: train with that trainer)"
             raise TypeError(
-                "AERGRPOTrainer needs `args` to be an aer_trl.AERGRPOConfig or a trl.GRPOConfig, got "
-                f"{type(args).__name__}"
+                f"{cls.trainer_name} needs `args` to be an aer_trl.{cls.__name__} or a trl.{base.__name__}, got "
+                f"{type(args).__name__}{hint}"
             )
         return args
 
+    default_run_suffix: ClassVar[str] = "AER"
+
+    @classmethod
+    def method_for_trl_config(cls, trl_args) -> str:
+        """The method a plain TRL config converts to: AER's default method."""
+        return cls.method
+
+    @classmethod
+    def from_trl_config(cls, trl_config, **aer_fields):
+        """This AER config with every field a TRL config (`GRPOConfig` for `AERGRPOConfig`, `RLOOConfig` for
+        `AERRLOOConfig`) was built with, plus `aer_fields` (e.g. aer_tau=0.4)."""
+        values = {f.name: getattr(trl_config, f.name) for f in fields(trl_config) if f.init}
+        if values.get("steps_per_generation") is not None:
+            values.pop("generation_batch_size", None)  # derived from steps_per_generation by TRL's config
+        return cls(**{**values, **aer_fields})
+
+
+@dataclass
+class AERGRPOConfig(AERArguments, GRPOConfig):
+    r"""
+    Configuration for [`AERGRPOTrainer`]: every field of `trl.GRPOConfig`, AER's (`AERArguments`), and the settings
+    of the per-token baselines the paper compares AER with (Ent-Adv, Clip-Cov, KL-Cov), which act on GRPO's
+    per-token loss.
+    """
+
+    trainer_kind: ClassVar[str] = "grpo"
+    trainer_name: ClassVar[str] = "AERGRPOTrainer"
+
+    ent_adv_alpha: float = field(default=0.4, metadata={"help": "Ent-Adv: scale α of the entropy advantage term."})
+    ent_adv_kappa: float = field(default=2.0, metadata={"help": "Ent-Adv: the term is capped at |A|/κ."})
+    clip_cov_ratio: float = field(
+        default=2e-4, metadata={"help": "Clip-Cov: share r of tokens whose gradient is cut."}
+    )
+    clip_cov_lb: float = field(default=1.0, metadata={"help": "Clip-Cov: lower covariance bound of candidates."})
+    clip_cov_ub: float = field(default=5.0, metadata={"help": "Clip-Cov: upper covariance bound of candidates."})
+    kl_cov_ratio: float = field(default=2e-3, metadata={"help": "KL-Cov: share r of top-covariance tokens penalised."})
+    kl_cov_coef: float = field(default=1.0, metadata={"help": "KL-Cov: coefficient κ of |logπ − logπ_old|."})
+
+    @classmethod
+    def method_for_trl_config(cls, trl_args) -> str:
+        """A `GRPOConfig` that asks for TRL's own entropy bonus trains it (method 'grpo': AER's would be a second
+        one); any other trains AER's default method."""
+        trl_entropy = trl_args.entropy_coef != 0.0 or trl_args.use_adaptive_entropy
+        if trl_entropy:
+            logger.warning(
+                "the trl.GRPOConfig sets TRL's entropy_coef/use_adaptive_entropy: method 'grpo' trains them"
+            )
+        return "grpo" if trl_entropy else cls.method
+
     @classmethod
     def from_grpo_config(cls, grpo_config: GRPOConfig, **aer_fields) -> AERGRPOConfig:
-        """An AERGRPOConfig with every field a `GRPOConfig` was built with, plus `aer_fields` (e.g. aer_tau=0.4)."""
-        from dataclasses import fields
-
-        values = {f.name: getattr(grpo_config, f.name) for f in fields(grpo_config) if f.init}
-        if values.get("steps_per_generation") is not None:
-            values.pop("generation_batch_size", None)  # derived from steps_per_generation by GRPOConfig
-        return cls(**{**values, **aer_fields})
+        """An AERGRPOConfig with every field a `GRPOConfig` was built with, plus `aer_fields` (`from_trl_config`)."""
+        return cls.from_trl_config(grpo_config, **aer_fields)
 
 
 # The name of earlier releases of this README and its notebooks; TRL pairs `GRPOConfig` with `GRPOTrainer`.

@@ -60,6 +60,14 @@ def resolve_method(config) -> dict:
     fields the user left at their defaults, an explicit value that contradicts them is refused, never overridden.
     Returns what the method set (field -> value)."""
     method = get_method(config.method)
+    kind = type(config).trainer_kind
+    if kind not in method.trainers:
+        fitting = [n for n, m in methods().items() if kind in m.trainers]
+        raise ValueError(
+            f"method={config.method!r} does not train with {type(config).__name__}: it acts on the loss of "
+            f"{' / '.join(t.upper() for t in method.trainers)}, not {kind.upper()}'s. Accepted methods for "
+            f"{type(config).__name__}: {fitting}"
+        )
     defaults = {name: f.default for name, f in config.__dataclass_fields__.items()}
     missing = sorted((set(method.sets) | set(method.defaults)) - set(defaults))
     if missing:
@@ -103,15 +111,17 @@ def resolve_method(config) -> dict:
             f"aer_measurements=False: method={config.method!r} needs the entropy measurement it controls α with "
             "(aer_measurements only switches AER's outputs off for the other methods)"
         )
-    if not method.trl_entropy and (config.entropy_coef != 0.0 or config.use_adaptive_entropy):
+    entropy_coef = getattr(config, "entropy_coef", 0.0)  # TRL's entropy options: GRPOConfig's only
+    use_adaptive_entropy = getattr(config, "use_adaptive_entropy", False)
+    if not method.trl_entropy and (entropy_coef != 0.0 or use_adaptive_entropy):
         what = (
             "AER has its own entropy bonus"
             if method.aer
             else f"method={config.method!r} is an exploration method of its own (two exploration terms at once)"
         )
         raise ValueError(
-            f"{what}: set entropy_coef=0.0 and use_adaptive_entropy=False (got entropy_coef={config.entropy_coef}, "
-            f"use_adaptive_entropy={config.use_adaptive_entropy}); TRL's entropy options train with "
+            f"{what}: set entropy_coef=0.0 and use_adaptive_entropy=False (got entropy_coef={entropy_coef}, "
+            f"use_adaptive_entropy={use_adaptive_entropy}); TRL's entropy options train with "
             "method='grpo' (or 'entropy_coef' / 'skywork')"
         )
     if method.configure is not None:
@@ -133,6 +143,8 @@ def resolve_method(config) -> dict:
             f"{list(TOKEN_LEVEL_LOSSES)} and importance_sampling_level='token' (got loss_type="
             f"{config.loss_type!r}, importance_sampling_level={config.importance_sampling_level!r})"
         )
+    if kind != "grpo":
+        return chosen  # the per-token baselines' fields below are AERGRPOConfig's
     for name in ("ent_adv_kappa", "clip_cov_ub"):
         if not getattr(config, name) > 0:
             raise ValueError(f"{name} must be > 0, got {getattr(config, name)}")

@@ -315,3 +315,13 @@ def kl_cov_advantages(
     # d/dθ κ|d| = κ·sgn(d)·∇logπ, and d/dθ (−A'·e^d) = −A'·e^d·∇logπ  =>  A' = A − κ·sgn(d)/e^d on selected tokens
     adjusted = adv - coef * torch.sign(diff) * torch.exp(-diff)
     return torch.where(selected, adjusted, adv) * mask, selected
+
+
+def rollout_steps(args) -> int | None:
+    """Optimizer steps per rollout batch, `steps_per_generation × num_iterations / gradient_accumulation_steps`, or
+    None where a rollout batch ends inside an optimizer step (TRL's own geometry: no boundary to align to). The one
+    place this is computed: saves, checkpoints and validation all align to it."""
+    per_rollout = args.steps_per_generation * args.num_iterations
+    if per_rollout % args.gradient_accumulation_steps:
+        return None
+    return per_rollout // args.gradient_accumulation_steps

@@ -26,6 +26,7 @@ from .plugins import Registry
 __all__ = ["Method", "TokenBatch", "METHODS", "register_method", "get_method", "methods", "method_title"]
 
 TOKEN_LEVEL_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo")
+BOTH = ("grpo", "rloo")  # the trainer families of the AER methods (`Method.trainers`)
 
 
 @dataclass
@@ -60,7 +61,10 @@ class Method:
     - `token_hook`: per-token advantages handed to TRL's loss (needs a token-level loss; see `TokenBatch`).
     - `trl_entropy`: whether TRL's own entropy options (`entropy_coef`, `use_adaptive_entropy`) may be combined.
     - `trainer`: a class the trainer must be an instance of (an extension's method whose trainer adds what it
-      needs, e.g. a mixin); `AERGRPOTrainer` refuses the method otherwise. None: any `AERGRPOTrainer`.
+      needs, e.g. a mixin); the AER trainer refuses the method otherwise. None: any AER trainer of `trainers`.
+    - `trainers`: the TRL trainer families whose loss the method trains on ("grpo": `AERGRPOConfig`, "rloo":
+      `AERRLOOConfig`); a config of another family refuses the method by name. Default: GRPO only (a token hook
+      needs GRPO's per-token loss).
     - `recipe`, `lab_recipe`: keys `recipes/make_recipes.py` appends to the paper-scale / laptop-lab recipe;
       `recipe_note`: a comment line for the generated recipe.
     """
@@ -75,6 +79,7 @@ class Method:
     token_hook: TokenHook | None = None
     trl_entropy: bool = True
     trainer: type | None = None
+    trainers: tuple[str, ...] = ("grpo",)
     recipe: Mapping[str, Any] = field(default_factory=dict)
     lab_recipe: Mapping[str, Any] | None = None  # None: the same keys as `recipe`
     recipe_note: str | None = None
@@ -84,6 +89,13 @@ class Method:
             raise ValueError(f"Method.name must be an identifier (a recipe value), got {self.name!r}")
         if self.aer and self.token_hook is not None:
             raise ValueError(f"method {self.name!r}: an AER method adds a sequence-level bonus, not a token hook")
+
+        if self.token_hook is not None and set(self.trainers) != {"grpo"}:
+            raise ValueError(f"method {self.name!r}: a token hook acts on GRPO's per-token loss: trainers=('grpo',)")
+
+    def title_for(self, trainer_kind: str) -> str:
+        """The title under a trainer family: "AER-GRPO" is "AER-RLOO" on RLOO's loss."""
+        return self.title if trainer_kind == "grpo" else self.title.replace("GRPO", trainer_kind.upper())
 
 
 METHODS: Registry[Method] = Registry(
@@ -106,9 +118,9 @@ def methods() -> Mapping[str, Method]:
     return METHODS.view()
 
 
-def method_title(name: str) -> str:
+def method_title(name: str, trainer_kind: str = "grpo") -> str:
     """A method's title for tables and cards; a name that is not a method (a run's own label) is returned as is."""
-    return METHODS.get(name).title if name in METHODS else name
+    return METHODS.get(name).title_for(trainer_kind) if name in METHODS else name
 
 
 # ---------------------------------------------------------------------------------------------- built-in methods
@@ -193,12 +205,14 @@ def _kl_cov_hook(batch: TokenBatch, config):
 
 for _method in (
     Method("grpo", "plain TRL GRPO (no entropy term)", "GRPO"),
+    Method("rloo", "plain TRL RLOO (no entropy term)", "RLOO", trainers=("rloo",)),
     Method(
         "clip_higher",
         "Clip-Higher (DAPO) through TRL's `epsilon_high` (0.28 unless set)",
         "GRPO with Clip-Higher (DAPO)",
         defaults={"epsilon": 0.2, "epsilon_high": 0.28},
         configure=_clip_higher,
+        trainers=("grpo", "rloo"),
         recipe={"epsilon_high": 0.28},
     ),
     Method(
@@ -253,6 +267,7 @@ for _method in (
         "Adaptive Entropy Regularization, C1+C2+C3 (the paper)",
         "AER-GRPO",
         aer=True,
+        trainers=BOTH,
         # defaults, not sets: the full method is where a user switches a component off by hand (the presets below
         # are those switch-offs, and refuse a contradicting switch)
         defaults={"aer_adaptive": True, "aer_difficulty_aware": True},
@@ -264,6 +279,7 @@ for _method in (
         "(aer_bonus_quantile, default 0.2); ours, not the paper's (docs/methods.md)",
         "AER-GRPO (ours: bonus on forking tokens)",
         aer=True,
+        trainers=BOTH,
         defaults={"aer_adaptive": True, "aer_difficulty_aware": True, "aer_bonus_quantile": 0.2},
         trl_entropy=False,
     ),
@@ -273,6 +289,7 @@ for _method in (
         "(aer_bonus_cap=1.0); ours, not the paper's (docs/methods.md)",
         "AER-GRPO (ours: bonus capped at H*)",
         aer=True,
+        trainers=BOTH,
         defaults={"aer_adaptive": True, "aer_difficulty_aware": True, "aer_bonus_cap": 1.0},
         trl_entropy=False,
     ),
@@ -281,6 +298,7 @@ for _method in (
         "AER ablation 'C1 only': difficulty-aware λ with a fixed α = aer_alpha_init",
         "AER-GRPO (ablation: C1 only)",
         aer=True,
+        trainers=BOTH,
         sets={"aer_adaptive": False, "aer_difficulty_aware": True},
         configure=_needs_alpha,
         trl_entropy=False,
@@ -292,6 +310,7 @@ for _method in (
         "AER ablation 'C2&C3 only': adaptive α, λ = α for every sample",
         "AER-GRPO (ablation: C2 and C3 only)",
         aer=True,
+        trainers=BOTH,
         sets={"aer_adaptive": True, "aer_difficulty_aware": False},
         trl_entropy=False,
     ),
@@ -300,6 +319,7 @@ for _method in (
         "fixed entropy coefficient through AER: λ = aer_alpha_init for every sample",
         "GRPO with a fixed entropy coefficient (through AER)",
         aer=True,
+        trainers=BOTH,
         sets={"aer_adaptive": False, "aer_difficulty_aware": False},
         configure=_needs_alpha,
         trl_entropy=False,

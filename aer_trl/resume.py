@@ -1,6 +1,6 @@
-"""Resuming AER, a mixin over TRL's GRPOTrainer: the controller's state comes back from the checkpoint whatever
-transformers' `restore_callback_states_from_checkpoint` says, this run's settings stay in force, and every setting
-that differs from the checkpoint's is named (docs/design.md §2, "Resume")."""
+"""Resuming AER, a mixin over TRL's rollout trainers (GRPO, RLOO): the controller's state comes back from the
+checkpoint whatever transformers' `restore_callback_states_from_checkpoint` says, this run's settings stay in force,
+and every setting that differs from the checkpoint's is named (docs/design.md §2, "Resume")."""
 
 from __future__ import annotations
 
@@ -10,9 +10,19 @@ from collections import Counter
 from transformers.trainer_callback import ExportableState
 
 from .callbacks import AERCallback
-from .config import describe_changes, settings_changes
 
 logger = logging.getLogger(__name__)
+
+
+def settings_changes(saved: dict, current: dict) -> dict[str, tuple]:
+    """field -> (saved value, current value) for every field both sets know and that differs."""
+    return {k: (saved[k], current[k]) for k in sorted(saved.keys() & current.keys()) if saved[k] != current[k]}
+
+
+def describe_changes(changes: dict[str, tuple]) -> str:
+    """`{"tau": (0.4, 0.5)}` → "tau 0.4 -> 0.5", for warnings that name changed settings."""
+    return "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
+
 
 # settings held in the optimizer's param groups: a resume restores them from the checkpoint (a new value is not used)
 OPTIMIZER_STATE_FIELDS = ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay")
@@ -33,7 +43,7 @@ class ResumeMixin:
             if isinstance(cb, ExportableState) and callable(getattr(cb, "restore", None))
         ]
         super()._load_callback_state()
-        self._aer_carried.restore(self.state.log_history)
+        self.aer_core.carried.restore(self.state.log_history)
         self._restore_callbacks(restorable)
         data = self.state.stateful_callbacks.get(AERCallback.__name__)
         data = data[0] if isinstance(data, list) else data

@@ -17,13 +17,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .callbacks import AERCallback
-from .config import AERGRPOConfig, describe_changes, shaping_settings
+from .config import AERGRPOConfig, shaping_settings
 from .data import PromptArguments, get_source, resolve_format
 from .evaluation import PassAtKCallback
 from .evaluation.engine_samplers import engine_sampler
 from .evaluation.harness import check_model
 from .files import env_count, lock_folder
 from .gguf import resolve_model
+from .resume import describe_changes
 from .rewards import resolve_reward_funcs, rewards
 
 logger = logging.getLogger(__name__)

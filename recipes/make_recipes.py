@@ -18,7 +18,7 @@ HERE = Path(__file__).resolve().parent
 # Each method's own keys (paper-scale, laptop lab) and comment come from its registry entry (aer_trl/methods.py).
 SETTINGS = {
     # base recipe -> methods generated beside it (Table 1 rows; component ablation on Qwen3-8B; generalisation)
-    "lab/aer.yaml": [name for name in methods() if name != "aer"],
+    "lab/aer.yaml": [name for name, m in methods().items() if name != "aer" and "grpo" in m.trainers],
     "qwen3_4b_base/deepscaler/aer.yaml": ["grpo", "clip_higher", "ent_adv", "kl_cov", "clip_cov"],
     "qwen3_8b_base/deepscaler/aer.yaml": [
         "grpo",

@@ -14,7 +14,7 @@ from datasets import Dataset
 
 from aer_bench.lab.model import build_tiny_qwen3, build_tiny_qwen3_moe
 from aer_bench.lab.tokenizer import build_char_tokenizer
-from aer_trl import AERGRPOConfig, AERGRPOTrainer
+from aer_trl import AERGRPOConfig, AERGRPOTrainer, AERRLOOConfig, AERRLOOTrainer
 
 
 def make_tokenizer():
@@ -95,9 +95,9 @@ def make_bench_config(output_dir, **overrides):
 
 
 def make_trainer(tokenizer, args, seed: int = 0, reward_funcs=None, **kwargs) -> AERGRPOTrainer:
-    """A tiny AERGRPOTrainer (the bench's `BenchGRPOTrainer` for a bench config): the tiny Qwen3 (`seed`), the toy
-    prompts, the even-length reward unless given."""
-    trainer_class = AERGRPOTrainer
+    """A tiny AER trainer for `args` (AERRLOOTrainer for an AERRLOOConfig, the bench's `BenchGRPOTrainer` for a bench
+    config, else AERGRPOTrainer): the tiny Qwen3 (`seed`), the toy prompts, the even-length reward unless given."""
+    trainer_class = AERRLOOTrainer if isinstance(args, AERRLOOConfig) else AERGRPOTrainer
     if hasattr(args, "share_prompt_forward"):
         from aer_bench.training import BenchGRPOTrainer as trainer_class
     return trainer_class(

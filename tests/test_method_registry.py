@@ -105,7 +105,7 @@ def test_aer_switches_on_a_method_without_aer_are_refused(tmp_path, field):
 
 def test_what_a_method_sets_is_logged_once_at_start(tmp_path, caplog):
     tokenizer = helpers.make_tokenizer()
-    with caplog.at_level(logging.INFO, logger="aer_trl.trainer"):
+    with caplog.at_level(logging.INFO, logger="aer_trl.adapter"):
         helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, method="clip_higher"))
     lines = [r.getMessage() for r in caplog.records if "sets" in r.getMessage()]
     assert lines == ["method='clip_higher' sets {'epsilon': 0.2, 'epsilon_high': 0.28}"]

@@ -69,7 +69,7 @@ def test_resuming_an_aer_checkpoint_as_a_trl_method_says_what_changed(tmp_path, 
     common = dict(max_steps=3, save_strategy="steps", save_steps=2)
     train_aer(tmp_path / "aer", tokenizer, aer_alpha_init=0.02, aer_eta=0.01, **common)
     grpo = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "grpo", method="grpo", **common))
-    with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
+    with caplog.at_level(logging.WARNING, logger="aer_trl.adapter"):
         grpo.train(resume_from_checkpoint=str(tmp_path / "aer" / "checkpoint-2"))
     assert grpo.aer_resume_changes["method"] == ("aer", "grpo") and grpo.state.global_step == 3
     alpha = json.loads((tmp_path / "aer" / "checkpoint-2" / "trainer_state.json").read_text())["stateful_callbacks"]
@@ -96,7 +96,7 @@ def test_a_resume_with_a_changed_setting_applies_it_and_says_so(tmp_path, tokeni
     assert saved["attributes"]["settings"]["aer_tau"] == 1.0 and "output_dir" not in saved["attributes"]["settings"]
 
     same = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "same", aer_tau=1.0, **common))
-    with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
+    with caplog.at_level(logging.WARNING, logger="aer_trl.adapter"):
         same.train(resume_from_checkpoint=str(ckpt))
     assert same.aer_resume_changes == {} and "differ from the checkpoint" not in caplog.text
     assert alphas(same) == alphas(full)
@@ -106,7 +106,7 @@ def test_a_resume_with_a_changed_setting_applies_it_and_says_so(tmp_path, tokeni
         helpers.make_config(tmp_path / "changed", aer_tau=0.5, logging_steps=2, learning_rate=5e-2, **common),
     )
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
+    with caplog.at_level(logging.WARNING, logger="aer_trl.adapter"):
         changed.train(resume_from_checkpoint=str(ckpt))
     assert changed.aer_resume_changes == {"aer_tau": (1.0, 0.5), "learning_rate": (1e-2, 5e-2)}
     assert "Applied from here on: aer_tau 1.0 -> 0.5 " in caplog.text
@@ -146,7 +146,7 @@ def test_resuming_aer_from_a_checkpoint_without_its_state_says_so(tmp_path, toke
     common = dict(max_steps=4, save_strategy="steps", save_steps=2)
     train_aer(tmp_path / "grpo", tokenizer, method="grpo", aer_measurements=False, **common)
     resumed = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "aer", **common))
-    with caplog.at_level(logging.WARNING, logger="aer_trl.trainer"):
+    with caplog.at_level(logging.WARNING, logger="aer_trl.adapter"):
         resumed.train(resume_from_checkpoint=str(tmp_path / "grpo" / "checkpoint-2"))
     assert "without AER's controller state" in caplog.text
     assert resumed.aer_callback.controller.iteration == 2  # H0 anchored after the resume, α updated from there

@@ -178,7 +178,7 @@ def test_entropy_is_token_weighted_over_the_rollout_batch(tmp_path, tokenizer, m
 
     def spy(self, model, inputs, *a, **kw):
         loss = original(self, model, inputs, *a, **kw)
-        seen.append(self._aer_entropy_stats.clone())
+        seen.append(self.aer_core.entropy_stats.clone())
         return loss
 
     monkeypatch.setattr(AERGRPOTrainer, "compute_loss", spy)
@@ -391,10 +391,10 @@ def test_bf16_on_a_cpu_without_bf16_kernels_is_warned_about(tmp_path, tokenizer,
     import aer_trl.hardware as hardware
 
     monkeypatch.setattr(hardware, "cpu_has_bf16_kernels", lambda: kernels)
-    with caplog.at_level("WARNING", logger="aer_trl.trainer"):
+    with caplog.at_level("WARNING", logger="aer_trl.adapter"):
         helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "fp32"))
     assert "bfloat16 matrix kernels" not in caplog.text
-    with caplog.at_level("WARNING", logger="aer_trl.trainer"):
+    with caplog.at_level("WARNING", logger="aer_trl.adapter"):
         helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "bf16", bf16=True))
     assert ("bf16=True (autocast) on a CPU without bfloat16 matrix kernels" in caplog.text) is not kernels
     assert ("Train in float32 here: bf16=False" in caplog.text) is not kernels

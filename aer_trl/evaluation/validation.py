@@ -11,9 +11,10 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from ..config import describe_changes, rollout_steps
+from ..core_algos import rollout_steps
 from ..files import atomic_write
 from ..prompts import prompt_settings
+from ..resume import describe_changes
 from .args import EvalArguments
 from .backends import TransformersGenerator
 from .passk import passk_summary

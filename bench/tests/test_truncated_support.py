@@ -36,7 +36,7 @@ def test_truncated_support_bonus_is_grpo_minus_mean_lambda_topk_entropy(tmp_path
     trainer._support_logps = lambda *a, **k: calls.append(1) or support_logps(*a, **k)
     loss = trainer.compute_loss(model, batch)
     assert calls == ([] if share else [1])  # the shared forward's own logits head, or the plain one
-    stats = trainer._aer_entropy_stats
+    stats = trainer.aer_core.entropy_stats
     loss_grpo = GRPOTrainer.compute_loss(trainer, model, plain)  # TRL's fused head (or the shared fused forward)
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
     att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
