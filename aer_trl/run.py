@@ -4,22 +4,22 @@
     aer-train --config qwen3_4b_base/deepscaler/aer                    # a shipped recipe by name (from a wheel too)
     accelerate launch -m aer_trl.run --config my_recipe.yaml          # several processes / DeepSpeed
 
-Every key of a recipe is a field of `AERScriptArguments`, `AERGRPOConfig` (all of TRL's `GRPOConfig` included) or TRL's
-`ModelConfig`. The run itself is `aer_trl.training.train`.
+Every key of a recipe is a field of `AERScriptArguments`, of the config of the trainer its `trainer:` key names
+(`AERGRPOConfig` with all of TRL's `GRPOConfig`, the default; `AERRLOOConfig` with TRL's `RLOOConfig` for
+`trainer: rloo`) or of TRL's `ModelConfig`. The run itself is `aer_trl.training.train`.
 """
 
 from __future__ import annotations
 
 import sys
 
-from .config import AERGRPOConfig
 from .logs import configure_logging
 from .resources import resolve_recipe
 from .training import AERScriptArguments, parse_recipe, train
 from .vllm_support import release_colocated_engine
 
 
-def main(argv=None, script_class=AERScriptArguments, config_class=AERGRPOConfig, trainer_class=None):
+def main(argv=None, script_class=AERScriptArguments, config_class=None, trainer_class=None):
     """Parse `argv` (default: the process's arguments) and train. The classes as in `training.parse_recipe` and
     `training.train`, for a command line of an extension with keys of its own."""
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -1,10 +1,10 @@
 """One training run, from the three argument groups a recipe parses into; shared by the command line
 (`aer_trl/run.py`, `recipes/train.py`), the notebooks and the research bench (which passes its own classes).
 
-`train(script_args, training_args, model_args)` reads as: resolve the data source (`aer_trl.data`: its data,
-prompt format, reward and default model), build `AERGRPOTrainer`, train (resuming when asked), save, write the model
-card, push when `push_to_hub` is set. `train_recipe(recipe, overrides)` parses a YAML recipe first, as the command
-line does.
+`train(script_args, training_args, model_args)` reads as: resolve the data source (`aer_trl.data`: its data, prompt
+format, reward and default model), build the AER trainer the recipe names (`trainer:`, `aer_trl.trainers`), train
+(resuming when asked), save, write the model card, push when `push_to_hub` is set. `train_recipe(recipe, overrides)`
+parses a YAML recipe first, as the command line does.
 """
 
 from __future__ import annotations
@@ -17,25 +17,35 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .callbacks import AERCallback
-from .config import AERGRPOConfig, shaping_settings
+from .config import AERArguments, shaping_settings
 from .data import PromptArguments, get_source, resolve_format
 from .evaluation import PassAtKCallback
 from .evaluation.engine_samplers import engine_sampler
 from .evaluation.harness import check_model
 from .files import env_count, lock_folder
 from .gguf import resolve_model
-from .resume import describe_changes
+from .resume import check_resume_adapter
 from .rewards import resolve_reward_funcs, rewards
+from .trainers import TRAINERS, check_recipe_for, config_class_for, recipe_trainer, trainer_class_for
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class AERScriptArguments(PromptArguments):
-    """What to train on and with which rewards; the training knobs live in `AERGRPOConfig`, the model in `ModelConfig`.
-    The prompt-format keys come from `prompts.PromptArguments`. A data source with options of its own adds them in a
-    subclass, parsed with `parse_recipe(..., script_class=...)` (the research bench's `lab` and `arithmetic` do)."""
+    """What to train on and with which rewards; the training knobs live in the trainer's config (`AERGRPOConfig`,
+    `AERRLOOConfig`), the model in `ModelConfig`. The prompt-format keys come from `prompts.PromptArguments`. A data
+    source with options of its own adds them in a subclass, parsed with `parse_recipe(..., script_class=...)` (the
+    research bench's `lab` and `arithmetic` do)."""
 
+    trainer: str = field(
+        default="grpo",
+        metadata={
+            "help": "Which AER trainer trains: 'grpo' (AERGRPOTrainer, TRL's GRPO loss) or 'rloo' (AERRLOOTrainer, "
+            "TRL's RLOO loss). It picks the config the other keys are read into (aer_trl.trainers).",
+            "choices": sorted(TRAINERS),
+        },
+    )
     dataset_name: str | None = field(
         default=None,
         metadata={
@@ -105,7 +115,7 @@ def check_model_given(source, model_args) -> None:
         check_model(model_args.model_name_or_path, field="model_name_or_path")
 
 
-def use_cpu_cores(training_args: AERGRPOConfig) -> int | None:
+def use_cpu_cores(training_args: AERArguments) -> int | None:
     """On CPU, use the machine's cores: `accelerate launch` sets OMP_NUM_THREADS=1 in its child processes (1.33x slower
     per step on 2 cores). Each process gets cores // processes on this machine; `AER_CPU_THREADS` overrides."""
     import torch
@@ -194,9 +204,10 @@ def lock_output_dir(training_args) -> int | None:
     )
 
 
-def train(script_args: AERScriptArguments, training_args: AERGRPOConfig, model_args=None, trainer_class=None):
+def train(script_args: AERScriptArguments, training_args: AERArguments, model_args=None, trainer_class=None):
     """Train, save, write the card and push, holding `output_dir`'s lock throughout (`lock_output_dir`).
-    `trainer_class`: `AERGRPOTrainer` or a subclass of it (None: `AERGRPOTrainer`)."""
+    `trainer_class`: an AER trainer (None: the one `training_args` configures, `AERGRPOTrainer` for an
+    `AERGRPOConfig`, `AERRLOOTrainer` for an `AERRLOOConfig`)."""
     lock = lock_output_dir(training_args)
     try:
         resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
@@ -227,50 +238,10 @@ def check_fresh_start(output_dir: str) -> None:
         )
 
 
-# what a LoRA adapter's weights compute with (saved adapter_config.json key -> ModelConfig field)
-ADAPTER_FIELDS = {"r": "lora_r", "lora_alpha": "lora_alpha", "use_rslora": "use_rslora", "use_dora": "use_dora"}
-
-
-def check_resume_adapter(checkpoint: str, model_args) -> None:
-    """A checkpoint resumes as what it was trained as. A LoRA checkpoint resumed without `use_peft`, or a full one
-    with it, failed deep in transformers (a missing weights index, a mismatched optimizer group); a LoRA one resumed
-    with another `lora_alpha` or `use_rslora` loaded its weights under another scaling and trained on, silently
-    (measured: lora_alpha 32 -> 64 made the adapter's scaling 4.0 where it was trained at 2.0). Each is refused here,
-    naming what differs; `lora_dropout` and the other training settings may change (named by the resume warning)."""
-    from trl import get_peft_config
-
-    saved_path = Path(checkpoint) / "adapter_config.json"
-    use_peft = bool(getattr(model_args, "use_peft", False))
-    if saved_path.is_file() and not use_peft:
-        raise ValueError(
-            f"resume_from_checkpoint: {checkpoint} holds a LoRA adapter (adapter_config.json) and this run trains the "
-            "full model: resume with use_peft: true and the checkpoint's LoRA settings, or start a new run"
-        )
-    if use_peft and not saved_path.is_file():
-        raise ValueError(
-            f"resume_from_checkpoint: {checkpoint} holds a full model and this run trains a LoRA adapter (use_peft: "
-            "true): resume without use_peft, or start a new run from the checkpoint's weights"
-        )
-    if not use_peft:
-        return
-    saved, current = json.loads(saved_path.read_text()), get_peft_config(model_args).to_dict()
-    changed = {
-        field: (saved.get(k), current.get(k)) for k, field in ADAPTER_FIELDS.items() if saved.get(k) != current.get(k)
-    }
-    if changed:
-        raise ValueError(
-            f"resume_from_checkpoint: {checkpoint}'s LoRA adapter was trained with other settings "
-            f"({describe_changes(changed)}): its weights would compute another function than the one trained. Resume "
-            "with the checkpoint's settings, or start a new run"
-        )
-
-
 def _train(script_args, training_args, model_args=None, resume: str | None = None, trainer_class=None):
     from trl import ModelConfig, get_peft_config
 
-    from .trainer import AERGRPOTrainer
-
-    trainer_class = trainer_class or AERGRPOTrainer
+    trainer_class = trainer_class or trainer_class_for(type(training_args).trainer_kind)
 
     model_args = model_args or ModelConfig()
     source = get_source(script_args.dataset_name)
@@ -371,12 +342,21 @@ def validation_sampler(script_args, training_args, trainer):
     return None
 
 
-def parse_recipe(args: list[str], script_class=AERScriptArguments, config_class=AERGRPOConfig):
+def parse_recipe(args: list[str], script_class=AERScriptArguments, config_class=None):
     """(script_args, training_args, model_args) from command-line style arguments (`--config recipe.yaml` and flags
     that override it), as `recipes/train.py` parses them. A key no class knows is refused by name (TRL's parser).
-    `script_class` / `config_class`: subclasses with more keys (a data source's options, an extension's settings)."""
+    `script_class` / `config_class`: subclasses with more keys (a data source's options, an extension's settings);
+    config_class None: the config of the recipe's `trainer:` (`aer_trl.trainers`)."""
     from trl import ModelConfig, TrlParser
 
+    kind = recipe_trainer(args)
+    config_class = config_class or config_class_for(kind)
+    if config_class.trainer_kind != kind:
+        raise ValueError(
+            f"trainer: {kind}, but this command line parses recipes into {config_class.__name__}, which configures "
+            f"trainer: {config_class.trainer_kind}"
+        )
+    check_recipe_for(args, config_class)
     return TrlParser((script_class, config_class, ModelConfig)).parse_args_and_config(args=args)
 
 
@@ -384,7 +364,7 @@ def train_recipe(
     recipe: str | Path,
     overrides: list[str] = (),
     script_class=AERScriptArguments,
-    config_class=AERGRPOConfig,
+    config_class=None,
     trainer_class=None,
 ):
     """Train one YAML recipe with command-line style overrides; returns (script_args, training_args, trainer). The

@@ -1,19 +1,22 @@
-"""TRL's own GRPO trainer tests, run offline on CPU against `trl.GRPOTrainer` and `AERGRPOTrainer`: the drop-in check.
+"""TRL's own GRPO and RLOO trainer tests, run offline on CPU against TRL's trainer and AER's: the drop-in check.
 
-TRL's `tests/test_grpo_trainer.py` (with its `testing_utils.py`) is not part of TRL's wheel or sdist and is not
-copied into this repository: point `--trl_tests` at the `tests/` folder of a TRL checkout (ideally the tag of the
-installed TRL). The script copies both files unchanged (license header included) into a scratch folder beside a
-conftest (`trl_suite_conftest.py`) that maps TRL's Hub ids to tiny models built here and `trl-internal-testing/zen` to
-a local copy, and swaps the trainer under test. Then it runs the suite once per trainer and prints the pass counts
-and every test whose outcome differs from TRL's own trainer, with the known reason where there is one
-(docs/design.md, "Drop-in").
+TRL's `tests/test_grpo_trainer.py` and `tests/test_rloo_trainer.py` (with their `testing_utils.py`) are not part of
+TRL's wheel or sdist and are not copied into this repository: point `--trl_tests` at the `tests/` folder of a TRL
+checkout (ideally the tag of the installed TRL). The script copies the suite's files unchanged (license header
+included) into a scratch folder beside a conftest (`trl_suite_conftest.py`) that maps TRL's Hub ids to tiny models
+built here and `trl-internal-testing/zen` to a local copy, and swaps the trainer under test. Then it runs the suite
+once per trainer and prints the pass counts and every test whose outcome differs from TRL's own trainer, with the
+known reason where there is one (docs/design.md, "Drop-in").
 
     git clone https://github.com/huggingface/trl /tmp/trl            # on a machine with network
-    python benchmarks/trl_suite.py --trl_tests /tmp/trl/tests         # ~8 min on 2 CPU cores: three runs
+    python benchmarks/trl_suite.py --trl_tests /tmp/trl/tests         # GRPO, four runs
+    python benchmarks/trl_suite.py --trl_tests /tmp/trl/tests --suite rloo
     python benchmarks/trl_suite.py --trl_tests /tmp/trl/tests -k "entropy or evaluate" --trainers trl aer
 
-Trainers: `trl` (TRL's GRPOTrainer), `aer` (AERGRPOTrainer, default method, the test's GRPOConfig converted as a
-user's would be), `aer_grpo` (AERGRPOTrainer with method='grpo').
+Trainers (`--suite grpo` | `rloo`): `trl` (TRL's GRPOTrainer | RLOOTrainer), `aer` (AERGRPOTrainer | AERRLOOTrainer,
+default method, the test's TRL config converted as a user's would be: α starts at 0, so λ = 0 until the entropy falls
+below H*), `aer_grpo` | `aer_rloo` (AER's trainer with TRL's plain method: TRL's loss, AER's plumbing), `aer_bonus`
+(AER with aer_alpha_init 0.1: the bonus on from the first step).
 """
 
 from __future__ import annotations
@@ -30,8 +33,16 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TRAINERS = ("trl", "aer", "aer_grpo")
-TEST_FILES = ("test_grpo_trainer.py", "testing_utils.py")
+SUITES = ("grpo", "rloo")
+
+
+def trainers(suite: str) -> tuple[str, ...]:
+    return ("trl", "aer", f"aer_{suite}", "aer_bonus")
+
+
+def test_files(suite: str) -> tuple[str, ...]:
+    return (f"test_{suite}_trainer.py", "testing_utils.py")
+
 
 # The tiny models TRL's GRPO tests load by Hub id, rebuilt locally (random weights, a character tokenizer). Ids not
 # here (vision-language models, remote code, architectures this transformers lacks) fail to load for every trainer.
@@ -72,11 +83,12 @@ ZEN = [
 ]
 
 # Differences from TRL's own trainer that are intended, by test name prefix: printed beside the test. Everything else
-# that differs is a drop-in bug. Empty: on TRL's suite the three trainers pass and fail the same tests
-# (docs/design.md §5, measured with TRL 1.16.0).
+# that differs is a drop-in bug (docs/design.md §5, "Drop-in", measured with TRL 1.16.0).
 KNOWN = {
     "aer": {},
     "aer_grpo": {},
+    "aer_rloo": {},
+    "aer_bonus": {},
 }
 
 
@@ -134,14 +146,14 @@ def build_datasets(root: Path) -> Path:
     return root
 
 
-def prepare(trl_tests: Path, out: Path) -> Path:
+def prepare(trl_tests: Path, out: Path, suite_name: str = "grpo") -> Path:
     """The scratch suite folder: TRL's two files unchanged, our conftest, the local models and data."""
-    missing = [f for f in TEST_FILES if not (trl_tests / f).is_file()]
+    missing = [f for f in test_files(suite_name) if not (trl_tests / f).is_file()]
     if missing:
         raise SystemExit(f"--trl_tests {trl_tests}: missing {missing} (the tests/ folder of a TRL checkout)")
     suite = out / "suite" / "tests"
     suite.mkdir(parents=True, exist_ok=True)
-    for name in TEST_FILES:
+    for name in test_files(suite_name):
         text = (trl_tests / name).read_text()
         if "Licensed under the Apache License" not in text[:2000]:
             raise SystemExit(f"{trl_tests / name}: no Apache license header; copy TRL's files unchanged")
@@ -155,12 +167,14 @@ def prepare(trl_tests: Path, out: Path) -> Path:
     return suite
 
 
-def run_suite(suite: Path, trainer: str, out: Path, keyword: str | None, timeout: int) -> dict[str, str]:
+def run_suite(
+    suite: Path, trainer: str, out: Path, keyword: str | None, timeout: int, suite_name: str = "grpo"
+) -> dict[str, str]:
     """pytest on the suite with one trainer: {test id: passed | failed | skipped | error}."""
     report = out / f"junit-{trainer}.xml"
     env = {**os.environ, "AER_SUITE_TRAINER": trainer, "HF_HUB_CACHE": str(out / "hub"), "HF_HUB_OFFLINE": "1"}
-    env["TOKENIZERS_PARALLELISM"] = "false"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite / "test_grpo_trainer.py")]
+    env["AER_SUITE"], env["TOKENIZERS_PARALLELISM"] = suite_name, "false"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite / test_files(suite_name)[0])]
     cmd += ["--junitxml", str(report), "-o", "junit_family=xunit2", "--rootdir", str(suite.parent)]
     if keyword:
         cmd += ["-k", keyword]
@@ -211,14 +225,19 @@ def compare(results: dict[str, dict[str, str]]) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trl_tests", type=Path, required=True, help="the tests/ folder of a TRL checkout")
-    parser.add_argument("--trainers", nargs="+", default=list(TRAINERS), choices=TRAINERS)
+    parser.add_argument("--suite", default="grpo", choices=SUITES, help="TRL's GRPO or RLOO trainer tests")
+    parser.add_argument("--trainers", nargs="+", default=None, help="default: all four of the suite's")
     parser.add_argument("--output_dir", type=Path, default=Path("runs/trl_suite"))
     parser.add_argument("-k", dest="keyword", default=None, help="pytest -k expression (a subset of the suite)")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per trainer")
     args = parser.parse_args(argv)
+    names = args.trainers or list(trainers(args.suite))
+    unknown = sorted(set(names) - set(trainers(args.suite)))
+    if unknown:
+        parser.error(f"--trainers {unknown}: the {args.suite} suite's trainers are {list(trainers(args.suite))}")
     out = args.output_dir.resolve()
-    suite = prepare(args.trl_tests.resolve(), out)
-    results = {t: run_suite(suite, t, out, args.keyword, args.timeout) for t in args.trainers}
+    suite = prepare(args.trl_tests.resolve(), out, args.suite)
+    results = {t: run_suite(suite, t, out, args.keyword, args.timeout, args.suite) for t in names}
     summary = compare(results)
     (out / "summary.json").write_text(json.dumps({"results": results, **summary}, indent=1))
     print("\n| trainer | passed | failed | error | skipped |\n|---|---|---|---|---|")
@@ -226,7 +245,7 @@ def main(argv=None) -> int:
         print(f"| {trainer} | {c['passed']} | {c['failed']} | {c['error']} | {c['skipped']} |")
     unexplained = 0
     for trainer, diffs in summary["differences"].items():
-        print(f"\n{trainer}: {len(diffs)} tests differ from trl.GRPOTrainer")
+        print(f"\n{trainer}: {len(diffs)} tests differ from trl.{args.suite.upper()}Trainer")
         for d in diffs:
             unexplained += d["reason"] is None
             print(

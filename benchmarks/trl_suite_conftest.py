@@ -1,11 +1,12 @@
-"""conftest.py for TRL's GRPO trainer tests run offline (copied next to them by benchmarks/trl_suite.py).
+"""conftest.py for TRL's GRPO or RLOO trainer tests run offline (copied next to them by benchmarks/trl_suite.py).
 
 - Hub ids: `HF_HUB_CACHE` points at a cache of tiny local models built by trl_suite.py under the ids TRL's tests ask
   for (`trl-internal-testing/tiny-Qwen2ForCausalLM-2.5`, ...); `HF_HUB_OFFLINE=1`, so nothing is downloaded.
 - Data sets: `datasets.load_dataset("trl-internal-testing/zen", config, ...)` reads the local JSON Lines copy.
-- The trainer under test: `AER_SUITE_TRAINER` = `trl` (TRL's own `GRPOTrainer`), `aer` (`AERGRPOTrainer` with its
-  default method, a `trl.GRPOConfig` converted as a user's would be) or `aer_grpo` (`AERGRPOTrainer` with
-  `method="grpo"`). It replaces `trl.GRPOTrainer` before the test module imports it.
+- The trainer under test (`AER_SUITE` = grpo | rloo): `AER_SUITE_TRAINER` = `trl` (TRL's own trainer), `aer` (AER's
+  trainer with its default method, a TRL config converted as a user's would be), `aer_grpo` | `aer_rloo` (AER's
+  trainer with TRL's plain method) or `aer_bonus` (AER with aer_alpha_init 0.1: the bonus on from the first step).
+  It replaces `trl.GRPOTrainer` | `trl.RLOOTrainer` before the test module imports it.
 """
 
 import importlib.util
@@ -51,25 +52,26 @@ def load_dataset(path, name=None, split=None, streaming=False, **kwargs):
 
 datasets.load_dataset = load_dataset
 
+SUITE = os.environ.get("AER_SUITE", "grpo")
 TRAINER = os.environ.get("AER_SUITE_TRAINER", "trl")
+VARIANTS = {"aer": {}, f"aer_{SUITE}": {"method": SUITE}, "aer_bonus": {"aer_alpha_init": 0.1}}
 if TRAINER != "trl":
-    from aer_trl import AERGRPOConfig, AERGRPOTrainer
+    import aer_trl
 
-    if TRAINER == "aer":
-        trl.GRPOTrainer = AERGRPOTrainer
-    elif TRAINER == "aer_grpo":
+    if SUITE not in ("grpo", "rloo") or TRAINER not in VARIANTS:
+        raise ValueError(f"AER_SUITE must be grpo or rloo and AER_SUITE_TRAINER one of trl, {list(VARIANTS)}")
+    base = getattr(aer_trl, f"AER{SUITE.upper()}Trainer")
+    fields = VARIANTS[TRAINER]
 
-        class GRPOMethodTrainer(AERGRPOTrainer):
-            """`AERGRPOTrainer` with method='grpo': a `trl.GRPOConfig` converted with that one field changed."""
+    class SuiteTrainer(base):
+        """AER's trainer; a TRL config converted with `fields` changed (none for `aer`)."""
 
-            def __init__(self, model, reward_funcs=None, args=None, *pos_args, **kwargs):
-                if args is not None and not isinstance(args, AERGRPOConfig):
-                    args = AERGRPOConfig.from_grpo_config(args, method="grpo")
-                super().__init__(model, reward_funcs, args, *pos_args, **kwargs)
+        def __init__(self, model, reward_funcs=None, args=None, *pos_args, **kwargs):
+            if fields and args is not None and not isinstance(args, base.config_class):
+                args = base.config_class.from_trl_config(args, **fields)
+            super().__init__(model, reward_funcs, args, *pos_args, **kwargs)
 
-        trl.GRPOTrainer = GRPOMethodTrainer
-    else:
-        raise ValueError(f"AER_SUITE_TRAINER must be trl, aer or aer_grpo, got {TRAINER!r}")
+    setattr(trl, f"{SUITE.upper()}Trainer", SuiteTrainer if fields else base)
 
 
 @pytest.fixture(autouse=True)

@@ -135,3 +135,32 @@ def test_two_processes_deepspeed_zero3_sharded(tmp_path):
 def trained_figures(logs: list[dict]) -> list[dict]:
     """The figures of training logs that training determines (not wall-clock times)."""
     return [{k: v for k, v in h.items() if not any(t in k for t in ("time", "runtime", "per_second"))} for h in logs]
+
+
+def test_two_processes_rloo_deepspeed_zero3_sharded(tmp_path):
+    """AERRLOOTrainer as AERGRPOTrainer above: groups split across ranks, α in lockstep on both, parameters sharded
+    under ZeRO-3, validation in step, a checkpoint with the controller's state."""
+    ranks = launch(
+        tmp_path,
+        "--use_deepspeed",
+        "--deepspeed_config_file",
+        str(ROOT / "tests" / "data" / "zero3_cpu.json"),
+        "--zero3_init_flag",
+        "true",
+        script_args=[
+            "--trainer",
+            "rloo",
+            "--max_steps",
+            "3",
+            "--save_steps",
+            "2",
+            "--eval_bench",
+            eval_bench(tmp_path),
+        ],
+    )
+    assert ranks[0]["deepspeed"] and ranks[0]["sharded"] and ranks[1]["sharded"]
+    check_group_accuracy_and_lockstep(ranks)
+    check_validation_agrees(ranks)
+    state = json.loads((tmp_path / "checkpoint-2" / "trainer_state.json").read_text())["stateful_callbacks"]
+    assert state["AERCallback"]["attributes"]["controller_state"]["alpha"] == pytest.approx(0.52)
+    assert ranks[0]["parameters"] == ranks[1]["parameters"]  # the same model, gathered whole, on both ranks

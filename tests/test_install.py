@@ -81,6 +81,11 @@ def test_the_wheel_installed_elsewhere_trains_a_shipped_cpu_recipe(tmp_path):
     assert (elsewhere / "out" / "metrics.jsonl").is_file() and (elsewhere / "out" / "README.md").is_file()
     card = (elsewhere / "out" / "README.md").read_text()
     assert "gsm8k-sample" in card or "gsm8k" in card.lower()
+    # its RLOO twin by name too (`trainer: rloo`): AERRLOOTrainer trains it, with AER's controller
+    trained = run(str(venv / "bin" / "aer-train"), "--config", f"{recipe_name}_rloo", "--output_dir", "rloo", *size)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "aer_trl.AERRLOOTrainer" in (elsewhere / "rloo" / "README.md").read_text()
+    assert "aer/alpha" in (elsewhere / "rloo" / "metrics.jsonl").read_text()
 
 
 def test_requires_python_is_no_lower_than_what_the_dependencies_need():

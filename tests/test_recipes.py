@@ -3,12 +3,12 @@
 from pathlib import Path
 
 import pytest
-from trl import ModelConfig, TrlParser
+from trl import TrlParser
 
-from aer_trl import AERGRPOConfig
+from aer_trl import AERGRPOConfig, AERRLOOConfig
 from aer_trl.methods import get_method
 from aer_trl.resources import recipe_path, recipes_dir
-from aer_trl.training import AERScriptArguments
+from aer_trl.training import parse_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted(  # the package's copies; recipes/<setting> in the repository links to them
@@ -20,15 +20,20 @@ CPU = ["--bf16", "false", "--use_cpu", "true"]  # the paper recipes ask for bf16
 
 
 def parse(path, *extra):
-    parser = TrlParser((AERScriptArguments, AERGRPOConfig, ModelConfig))
-    return parser.parse_args_and_config(args=["--config", str(path), *CPU, *extra])
+    """A recipe as `aer-train` parses it: into the config of the trainer its `trainer:` key names."""
+    return parse_recipe(["--config", str(path), *CPU, *extra])
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_recipe_loads_in_strict_mode(recipe):
-    _, training_args, _ = parse(recipe)
-    assert isinstance(training_args, AERGRPOConfig)
-    if recipe.stem == "aer":  # the recommended AER settings may name a registry variant of AER (e.g. aer_cap)
+    script, training_args, _ = parse(recipe)
+    rloo = recipe.stem == "aer_rloo"
+    assert isinstance(training_args, AERRLOOConfig if rloo else AERGRPOConfig)
+    assert script.trainer == ("rloo" if rloo else "grpo")
+    if recipe.stem in (
+        "aer",
+        "aer_rloo",
+    ):  # the recommended AER settings may name a registry variant of AER (e.g. aer_cap)
         assert get_method(training_args.method).aer
     else:
         assert training_args.method == recipe.stem
@@ -44,8 +49,8 @@ PAPER_SETTINGS = {
 
 
 def test_paper_recipes_carry_the_papers_hyperparameters():
-    paper = [r for r in RECIPES if r.parts[-3] in PAPER_SETTINGS and r.stem == "aer"]
-    assert len(paper) == 6
+    paper = [r for r in RECIPES if r.parts[-3] in PAPER_SETTINGS and r.stem in ("aer", "aer_rloo")]
+    assert len(paper) == 7
     for recipe in paper:
         _, args, model = parse(recipe)
         gpus, model_id = PAPER_SETTINGS[recipe.parts[-3]]
@@ -85,6 +90,25 @@ def test_paper_recipes_have_a_budget_and_validate_through_vllm(recipe):
     text = recipe.read_text()
     if not get_method(args.method).aer:
         assert "aer_" not in text.replace("aer_trl", "") and "# AER" not in text, recipe.name
+
+
+def test_a_recipe_picks_its_trainer_and_wrong_trainer_settings_are_refused_by_name(tmp_path):
+    rloo = tmp_path / "rloo.yaml"
+    rloo.write_text("method: aer\ntrainer: rloo\noutput_dir: out\nnormalize_advantages: true\n")
+    _, args, _ = parse(rloo)
+    assert isinstance(args, AERRLOOConfig) and args.normalize_advantages
+    with pytest.raises(ValueError, match=r"normalize_advantages: a setting of AERRLOOConfig \(trainer: rloo\), not of "
+                       r"AERGRPOConfig \(trainer: grpo\).*set trainer: rloo"):  # fmt: skip
+        parse(rloo, "--trainer", "grpo")  # the flag overrides the recipe's key
+    with pytest.raises(ValueError, match=r"trainer: 'rlo' is not an AER trainer; accepted: \['grpo', 'rloo'\] "
+                       r"\(did you mean 'rloo'\?\)"):  # fmt: skip
+        parse(rloo, "--trainer", "rlo")
+    with pytest.raises(ValueError, match="method='ent_adv' does not train with AERRLOOConfig"):
+        parse(rloo, "--method", "ent_adv")
+    grpo_keys = tmp_path / "grpo_keys.yaml"
+    grpo_keys.write_text("method: aer\ntrainer: rloo\noutput_dir: out\nloss_type: dapo\n")
+    with pytest.raises(ValueError, match=r"loss_type: a setting of AERGRPOConfig \(trainer: grpo\), not of AERRLOOCo"):
+        parse(grpo_keys)
 
 
 def test_unknown_recipe_key_is_refused(tmp_path):

@@ -43,6 +43,26 @@ def test_the_harness_runs_a_trl_style_suite_on_both_trainers_and_reports_the_dif
     assert "| aer | 1 | 1 | 0 | 0 |" in done.stdout
 
 
+@pytest.mark.slow
+def test_the_rloo_suite_runs_on_trls_trainer_and_aers_with_the_bonus_on(tmp_path):
+    """`--suite rloo`: TRL's RLOOTrainer, AERRLOOTrainer converting the test's RLOOConfig, and AER with the bonus on
+    from the first step train TRL-style tests alike (RLOO's KL against a reference model loaded by Hub id too)."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "trl_suite.py"), "--trl_tests", str(SUITE), "--suite", "rloo"]
+    done = subprocess.run(
+        [*cmd, "--trainers", "trl", "aer", "aer_bonus", "--output_dir", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["results"]["trl"]["test_training"] == "passed", done.stdout + (out / "pytest-trl.log").read_text()
+    for trainer in ("aer", "aer_bonus"):
+        assert summary["results"][trainer]["test_training"] == "passed", (out / f"pytest-{trainer}.log").read_text()
+        assert summary["differences"][trainer] == [
+            {"test": "test_the_trainer_is_trls_own", "trl": "passed", trainer: "failed", "reason": None}
+        ]
+    assert "aer: 1 tests differ from trl.RLOOTrainer" in done.stdout
+
+
 def test_a_known_difference_is_explained_and_files_that_are_not_trls_are_refused(tmp_path, monkeypatch):
     harness = _harness()
     monkeypatch.setitem(harness.KNOWN, "aer", {"test_the_trainer": "a subclass, by design"})

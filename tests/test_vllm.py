@@ -170,6 +170,18 @@ def test_a_mixture_of_experts_samples_from_the_synced_weights(tmp_path):
         assert served["gap_initial"] > 100 * served["gap_trained"], served
 
 
+def test_rloo_on_a_mixture_of_experts_samples_from_the_synced_weights(tmp_path):
+    """AERRLOOTrainer through vLLM colocate on the same MoE: the weight-sync fix applies to RLOO's engine too (after
+    the last step vLLM's log-probs are the trained model's), the bonus trains (α moves), the router loss is logged."""
+    result = _moe_run(tmp_path, "--trainer", "rloo")
+    assert result["gap_by_step"] == []  # RLOO has no vLLM importance-sampling correction, hence no gap metric
+    assert len(result["alpha_by_step"]) == 3 and len(set(result["alpha_by_step"])) > 1
+    assert all(loss > 0 for loss in result["aux_loss_by_step"])
+    for served in result["served"]:
+        assert served["gap_trained"] < 1e-4, served
+        assert served["gap_initial"] > 100 * served["gap_trained"], served
+
+
 def test_a_run_whose_engine_stops_following_the_trainer_stops_with_an_error(tmp_path):
     """The drift guard: with the weight sync broken (here: no sync at all) the engine keeps sampling the initial
     policy; the run stops at the first rollout batch whose gap is above the float32 limit, naming the setting."""

@@ -15,11 +15,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from transformers import TrainerCallback  # noqa: E402
 
-from aer_bench.training import BenchGRPOTrainer  # noqa: E402
+from aer_bench.training import BenchConfig, BenchGRPOTrainer  # noqa: E402
+from aer_trl import AERRLOOConfig, AERRLOOTrainer  # noqa: E402
 from tests import helpers  # noqa: E402
 
 
-class RecordingTrainer(BenchGRPOTrainer):  # the library's trainer plus the bench's shared-prompt paths (flags below)
+class Recording:
+    """Records, per rollout batch, the gathered rewards, this rank's λ and α (mixed into either AER trainer)."""
+
     rollouts: list
 
     def _generate_and_score_completions(self, inputs):
@@ -35,6 +38,13 @@ class RecordingTrainer(BenchGRPOTrainer):  # the library's trainer plus the benc
         )
         return output
 
+    def _calculate_rewards(self, *args, **kwargs):
+        rewards = super()._calculate_rewards(*args, **kwargs)
+        self._recorded_rewards = rewards[:, 0].tolist()
+        return rewards
+
+
+class RecordingTrainer(Recording, BenchGRPOTrainer):  # the library's trainer plus the bench's shared-prompt paths
     def _shared_prompt_logps(self, *args, **kwargs):
         out = super()._shared_prompt_logps(*args, **kwargs)
         self.shared_forwards = getattr(self, "shared_forwards", 0) + (out is not None)
@@ -44,10 +54,9 @@ class RecordingTrainer(BenchGRPOTrainer):  # the library's trainer plus the benc
         self.shared_rollouts = getattr(self, "shared_rollouts", 0) + 1
         return super()._with_shared_prefill(*args)
 
-    def _calculate_rewards(self, *args, **kwargs):
-        rewards = super()._calculate_rewards(*args, **kwargs)
-        self._recorded_rewards = rewards[:, 0].tolist()
-        return rewards
+
+class RecordingRLOOTrainer(Recording, AERRLOOTrainer):
+    pass
 
 
 class Delay(TrainerCallback):
@@ -95,6 +104,7 @@ def main():
     parser.add_argument("--moe", default="false", help="'true': a tiny Qwen3-MoE (router loss on) instead of Qwen3")
     parser.add_argument("--resume_from", default=None, help="a checkpoint to resume from")
     parser.add_argument("--step_delay", type=float, default=0.0, help="seconds to wait after each optimizer step")
+    parser.add_argument("--trainer", default="grpo", choices=["grpo", "rloo"], help="which AER trainer trains")
     cli = parser.parse_args()
     passk = None
     if cli.eval_bench:
@@ -103,8 +113,14 @@ def main():
         passk = PassAtKCallback(cli.eval_bench, eval_steps=1, num_samples=2, k_list=[1, 2], max_new_tokens=2)
 
     tokenizer = helpers.make_tokenizer()
-    args = helpers.make_bench_config(
+    rloo = cli.trainer == "rloo"
+    shared = {} if rloo else {
+        "share_prompt_forward": cli.share_prompt_forward.lower() == "true",
+        "share_prompt_generation": cli.share_prompt_generation.lower() == "true",
+    }  # fmt: skip
+    args = helpers.make_config(
         cli.output_dir,
+        AERRLOOConfig if rloo else BenchConfig,
         # groups of 4: with 2 ranks, 2 completions each and every group spans both; with 1 (a GPU test), all 4
         per_device_train_batch_size=4 // int(os.environ.get("WORLD_SIZE", "1")),
         num_generations=4,
@@ -117,11 +133,11 @@ def main():
         save_steps=cli.save_steps or 500,
         use_cpu=cli.use_cpu.lower() == "true",
         bf16=cli.bf16.lower() == "true",
-        share_prompt_forward=cli.share_prompt_forward.lower() == "true",
-        share_prompt_generation=cli.share_prompt_generation.lower() == "true",
+        **({"beta": 0.0} if rloo else {}),  # RLOO's KL would load a reference model by the tiny model's (no) Hub id
+        **shared,
     )
     moe = cli.moe.lower() == "true"
-    trainer = RecordingTrainer(
+    trainer = (RecordingRLOOTrainer if rloo else RecordingTrainer)(
         model=helpers.make_moe_model(tokenizer, hidden_size=64)
         if moe
         else helpers.make_model(tokenizer, hidden_size=64),

@@ -4,7 +4,8 @@ step and how far vLLM's next-token log-probs are from the trained and from the i
 Run by tests/test_vllm.py in a process of its own, as a user's run is: vLLM sets up its expert-parallel group with the
 first engine of a process only, so a MoE engine after a dense one in the same process cannot be built.
 `--no_sync`: the weight sync does nothing (the engine keeps the initial policy); the run must stop with the drift
-guard's error, which is written instead.
+guard's error, which is written instead. `--trainer rloo`: AERRLOOTrainer (RLOO logs no log-prob gap: TRL has no
+vLLM importance-sampling correction there; the served log-probs are the check).
 """
 
 import argparse
@@ -19,7 +20,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 import aer_trl.vllm_support  # noqa: E402
-from aer_trl import AERGRPOTrainer  # noqa: E402
+from aer_trl import AERGRPOTrainer, AERRLOOConfig, AERRLOOTrainer  # noqa: E402
 from aer_trl.vllm_support import EngineDriftError  # noqa: E402
 from tests import helpers  # noqa: E402
 
@@ -45,6 +46,7 @@ def main():
     parser.add_argument("--expert_size", type=int, default=48)  # vLLM's CPU kernel pads it to 64
     parser.add_argument("--max_steps", type=int, default=3)
     parser.add_argument("--no_sync", action="store_true")
+    parser.add_argument("--trainer", default="grpo", choices=["grpo", "rloo"])
     args = parser.parse_args()
     root = Path(args.output_dir)
     tokenizer = helpers.make_tokenizer()
@@ -54,8 +56,11 @@ def main():
     if args.no_sync:
         no_sync = lambda generation: setattr(generation, "sync_weights", lambda: None)  # noqa: E731
         aer_trl.vllm_support.synced_through_reload = no_sync
+    rloo = args.trainer == "rloo"
     config = helpers.make_config(
         root / "run",
+        *([AERRLOOConfig] if rloo else []),
+        **({"beta": 0.0} if rloo else {}),
         use_vllm=True,
         vllm_mode="colocate",
         aer_tau=1.5,
@@ -64,7 +69,7 @@ def main():
         learning_rate=5e-2,
         max_steps=args.max_steps,
     )
-    trainer = AERGRPOTrainer(
+    trainer = (AERRLOOTrainer if rloo else AERGRPOTrainer)(
         model=str(path),
         reward_funcs=[helpers.even_length_reward],
         args=config,
@@ -76,8 +81,8 @@ def main():
         trainer.train()
     except EngineDriftError as error:
         result["drift_error"] = str(error)
-    logs = [h for h in trainer.state.log_history if GAP in h]
-    result["gap_by_step"] = [h[GAP] for h in logs]
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    result["gap_by_step"] = [h[GAP] for h in logs if GAP in h]
     result["aux_loss_by_step"] = [h.get("aux_loss") for h in logs]
     result["alpha_by_step"] = [h.get("aer/alpha") for h in logs]
     if "drift_error" not in result:

@@ -1,0 +1,92 @@
+"""Which AER trainer a recipe trains with: its `trainer:` key (`grpo`, the default, or `rloo`) picks the config class
+the recipe is parsed into and the trainer `aer-train` / `recipes/train.py` build. A value that is not a trainer, or a
+key that only the other trainer's config has, is refused before anything is built, naming the field and what is
+accepted."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import fields
+from pathlib import Path
+
+import yaml
+
+# kind -> (config class, trainer class), as "module:Name" under aer_trl (imported when used)
+TRAINERS = {
+    "grpo": ("config:AERGRPOConfig", "trainer:AERGRPOTrainer"),
+    "rloo": ("rloo_config:AERRLOOConfig", "rloo_trainer:AERRLOOTrainer"),
+}
+
+
+def _load(spec: str) -> type:
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(f"aer_trl.{module}"), name)
+
+
+def check_kind(kind: str) -> str:
+    if kind not in TRAINERS:
+        close = difflib.get_close_matches(str(kind), TRAINERS, n=1)
+        raise ValueError(
+            f"trainer: {kind!r} is not an AER trainer; accepted: {sorted(TRAINERS)}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+        )
+    return kind
+
+
+def config_class_for(kind: str) -> type:
+    """The config class of an AER trainer kind (`AERGRPOConfig`, `AERRLOOConfig`)."""
+    return _load(TRAINERS[check_kind(kind)][0])
+
+
+def trainer_class_for(kind: str) -> type:
+    """The trainer class of an AER trainer kind (`AERGRPOTrainer`, `AERRLOOTrainer`)."""
+    return _load(TRAINERS[check_kind(kind)][1])
+
+
+def recipe_keys(argv: list[str]) -> dict:
+    """The keys a command line sets, its `--config` YAML's first, then its `--key value` flags (the value of a flag
+    with none is True)."""
+    values: dict = {}
+    flags: dict = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--"):
+            key, eq, value = arg[2:].partition("=")
+            if not eq:
+                has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+                value = argv[i + 1] if has_value else True
+                i += has_value
+            if key == "config":
+                path = Path(value)
+                if path.is_file():
+                    values.update(yaml.safe_load(path.read_text()) or {})
+            else:
+                flags[key] = value
+        i += 1
+    return {**values, **flags}
+
+
+def recipe_trainer(argv: list[str]) -> str:
+    """The trainer kind a command line asks for: `--trainer`, else its recipe's `trainer:` key, else "grpo"."""
+    return check_kind(str(recipe_keys(argv).get("trainer", "grpo")))
+
+
+def check_recipe_for(argv: list[str], config_class: type) -> None:
+    """Refuses a key of a recipe (or flag) that is a field of another AER trainer's config but not of `config_class`
+    (RLOO's `normalize_advantages` in a GRPO recipe, GRPO's `loss_type` in an RLOO one), naming it and the trainer
+    that has it; the other unknown keys are left to TRL's parser, which refuses them too."""
+    own = {f.name for f in fields(config_class)}
+    for kind in TRAINERS:
+        other = config_class_for(kind)
+        if other.trainer_kind == config_class.trainer_kind:
+            continue
+        theirs = {f.name for f in fields(other)} - own
+        stray = sorted(k for k in recipe_keys(argv) if k in theirs)
+        if stray:
+            raise ValueError(
+                f"{', '.join(stray)}: a setting of {other.__name__} (trainer: {kind}), not of {config_class.__name__} "
+                f"(trainer: {config_class.trainer_kind}), which this recipe trains with: remove it, or set trainer: "
+                f"{kind}"
+            )
