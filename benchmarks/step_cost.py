@@ -1,4 +1,4 @@
-"""What AER costs over plain GRPO: step time and peak memory, measured side by side in one process.
+"""What AER costs over plain GRPO (or RLOO): step time and peak memory, measured side by side in one process.
 
 For each case, one model (real architecture shapes built from configuration alone, random weights, nothing downloaded)
 and one fixed micro-batch shaped like the recipes (per-device batch × prompt + completion tokens); GRPO steps (TRL's
@@ -10,6 +10,11 @@ memory of a step, for each and AER/GRPO; also written as JSON and a Markdown tab
     python benchmarks/step_cost.py --suite cpu      # CPU rows: toy sweep, SmolLM2-135M / Qwen3-0.6B shapes, and
                                                     # SmolLM2-135M-Instruct's real weights (8 x (128 + 128|512))
     python benchmarks/step_cost.py --quick          # a smoke run (the test suite runs this)
+    python benchmarks/step_cost.py --suite cpu --trainer grpo rloo   # AER-on-RLOO against RLOO too, same run
+
+`--trainer rloo`: AERRLOOTrainer's loss (RLOO's sequence-level clipped loss minus the bonus) against
+`trl.RLOOTrainer`'s, on the same shapes (the bench's shared-prompt cases are GRPO's only). The columns keep the
+names `grpo_*` for the trainer's own loss; each row says its `trainer`.
 
 dtype: bfloat16 on CUDA (the recipes' `dtype: bfloat16`, `bf16: true`), float32 on CPU; `--cpu_bf16`: on CPU under bf16
 autocast instead (TRL's default `bf16=True`), the header saying whether the CPU has bf16 matrix kernels. Gradient
@@ -40,10 +45,11 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from trl import GRPOTrainer  # noqa: E402
+from trl import GRPOTrainer, RLOOTrainer  # noqa: E402
 
 from aer_bench.training import BenchConfig as AERGRPOConfig  # noqa: E402 (AERGRPOConfig + share_prompt_forward)
 from aer_bench.training import BenchGRPOTrainer as AERGRPOTrainer  # noqa: E402
+from aer_trl import AERRLOOConfig, AERRLOOTrainer  # noqa: E402
 from aer_trl.hardware import cpu_has_bf16_kernels  # noqa: E402
 
 
@@ -86,6 +92,7 @@ class Case:
     group: int = 1  # consecutive rows sharing one prompt (a GRPO group's completions)
     share_prompt_forward: bool = False  # the bench's share_prompt_forward: each distinct prompt's forward once
     cpu_bf16: bool = False  # on CPU, the step under bf16 autocast (TRL's default bf16=True) instead of float32
+    trainer: str = "grpo"  # "rloo": AERRLOOTrainer against trl.RLOOTrainer
 
     def resolve(self) -> Shape:
         if self.shape in SHAPES:
@@ -122,6 +129,11 @@ SHARE_SUITE = [
 ]
 QUICK = [Case("toy-h32-v128", 16, batch=2, prompt_len=8)]
 QUICK_SHARE = [Case("toy-h32-v128", 16, batch=4, prompt_len=8, group=2, share_prompt_forward=s) for s in (0, 1)]
+# trainer kind -> (TRL's trainer, AER's config, AER's trainer)
+TRAINERS = {
+    "grpo": (GRPOTrainer, AERGRPOConfig, AERGRPOTrainer),
+    "rloo": (RLOOTrainer, AERRLOOConfig, AERRLOOTrainer),
+}
 SUITES = {"quick": QUICK, "cpu": CPU_SUITE, "gpu": GPU_SUITE, "share": SHARE_SUITE, "quick-share": QUICK_SHARE}
 
 
@@ -211,7 +223,9 @@ def build(case: Case, device: torch.device, tmp: str):
         model = AutoModelForCausalLM.from_pretrained(convert_gguf(), dtype=dtype).to(device)
     else:
         model = build_model(shape, case.prompt_len + case.completion_len, device, dtype)
-    args = AERGRPOConfig(
+    _, config_class, trainer_class = TRAINERS[case.trainer]
+    own = {"share_prompt_forward": case.share_prompt_forward} if case.trainer == "grpo" else {"beta": 0.0}
+    args = config_class(
         output_dir=tmp,
         use_cpu=device.type == "cpu",
         bf16=device.type == "cuda" or case.cpu_bf16,
@@ -220,12 +234,12 @@ def build(case: Case, device: torch.device, tmp: str):
         num_generations=2,
         max_completion_length=case.completion_len,
         gradient_checkpointing=case.gradient_checkpointing,
-        share_prompt_forward=case.share_prompt_forward,
         learning_rate=1e-6,
         aer_alpha_init=0.5,
         disable_tqdm=True,
+        **own,
     )
-    trainer = AERGRPOTrainer(
+    trainer = trainer_class(
         model=model,
         reward_funcs=[lambda completions, **k: [0.0] * len(completions)],
         args=args,
@@ -249,6 +263,9 @@ def build(case: Case, device: torch.device, tmp: str):
         "num_items_in_batch": torch.tensor(float(b * c)),
         "aer_lambda": torch.tensor([0.5 if i % 2 == 0 else 0.0 for i in range(b)]),  # half the prompts hard
     }
+    if case.trainer == "rloo":  # RLOO's loss reads sequence log-probs of the sampling policy, not a token count
+        del batch["num_items_in_batch"]
+        batch["old_logps"] = torch.full((b,), -float(c))
     batch = {k: v if k == "aer_lambda" else v.to(trainer.accelerator.device) for k, v in batch.items()}  # λ: host
     optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=1e-6, foreach=device.type == "cuda")
     return trainer, batch, optimizer
@@ -263,7 +280,7 @@ def step(trainer, batch, optimizer, aer: bool):
             loss = trainer.compute_loss(model, batch)
         else:
             plain = {k: v for k, v in batch.items() if k != "aer_lambda"}
-            loss = GRPOTrainer.compute_loss(trainer, model, plain)
+            loss = TRAINERS[trainer.args.trainer_kind][0].compute_loss(trainer, model, plain)
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -328,8 +345,9 @@ def measure(
     with tempfile.TemporaryDirectory() as tmp:
         trainer, batch, optimizer = build(case, device, tmp)
         shared_calls = []  # whether the shared prompt forward ran, not silently TRL's path
-        shared = trainer._shared_prompt_logps
-        trainer._shared_prompt_logps = lambda *a, **k: shared_calls.append(shared(*a, **k)) or shared_calls[-1]
+        shared = getattr(trainer, "_shared_prompt_logps", None)  # the bench's GRPO trainer only
+        if shared is not None:
+            trainer._shared_prompt_logps = lambda *a, **k: shared_calls.append(shared(*a, **k)) or shared_calls[-1]
         times = {"grpo": [], "aer": []}
         peaks = {"grpo": [], "aer": []}
         i = 0
@@ -359,6 +377,8 @@ def measure(
         torch.cuda.empty_cache()
     shape = case.resolve()
     row = {**asdict(case), "vocab": shape.vocab, "hidden": shape.hidden, "layers": shape.layers}
+    if case.trainer != "grpo":
+        row["shape"] = f"{case.shape} [{case.trainer}]"
     if case.real_weights:
         row["shape"] = f"{case.shape} (real weights)"
     if case.group > 1:
@@ -409,6 +429,9 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--quick", action="store_true", help="same as --suite quick")
     parser.add_argument("--shapes", nargs="*", default=None, help="only these shapes of the suite")
     parser.add_argument("--real", action="store_true", help="only the cases with real pretrained weights")
+    parser.add_argument(
+        "--trainer", nargs="+", default=["grpo"], choices=list(TRAINERS), help="AER on each of these TRL losses"
+    )
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--min_seconds", type=float, default=6.0, help="measure fast cases for at least this long")
@@ -430,6 +453,7 @@ def main(argv=None) -> list[dict]:
     ]
     if args.cpu_bf16 and device.type == "cpu":
         cases = [replace(c, cpu_bf16=True) for c in cases]
+    cases = [replace(c, trainer=t) for c in cases for t in args.trainer if t == "grpo" or not c.share_prompt_forward]
     quick = suite.startswith("quick")
     steps, warmup = (2, 1) if quick else (args.steps, args.warmup)
     min_seconds = 0.0 if quick else args.min_seconds

@@ -9,11 +9,11 @@ import pytest
 import torch
 import transformers
 import trl
-from trl import GRPOTrainer
+from trl import GRPOTrainer, RLOOTrainer
 from trl.trainer import grpo_trainer
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
-from aer_trl import AERGRPOTrainer
+from aer_trl import AERGRPOTrainer, AERRLOOTrainer
 from tests import helpers
 
 
@@ -21,23 +21,34 @@ def params(fn) -> list[str]:
     return [p for p in inspect.signature(fn).parameters if p not in ("self", "args", "kwargs")]
 
 
-OURS = [c for c in AERGRPOTrainer.__mro__ if c.__module__.startswith("aer_trl")]  # the trainer and its mixins
-BASES = [c for c in AERGRPOTrainer.__mro__ if not c.__module__.startswith("aer_trl")]  # TRL's, transformers', ...
+# each AER trainer (its adapter) and the TRL trainer it extends
+ADAPTERS = [(AERGRPOTrainer, GRPOTrainer), (AERRLOOTrainer, RLOOTrainer)]
+IDS = ["grpo", "rloo"]
 
 
-def ours(name: str):
-    return next(vars(c)[name] for c in OURS if name in vars(c))
+def ours_of(trainer_class) -> list[type]:
+    """The trainer's classes from aer_trl: the adapter, the shared mixin, the resume mixin."""
+    return [c for c in trainer_class.__mro__ if c.__module__.startswith("aer_trl")]
 
 
-def overrides() -> list[str]:
-    """The private methods AERGRPOTrainer or its mixins define that a base class (TRL's, transformers') also does."""
+def bases_of(trainer_class) -> list[type]:
+    """TRL's, transformers', ..."""
+    return [c for c in trainer_class.__mro__ if not c.__module__.startswith("aer_trl")]
+
+
+def overrides(trainer_class) -> list[str]:
+    """The private methods an AER trainer or its mixins define that a base class (TRL's, transformers') also does."""
     mine = {
-        n for c in OURS for n, v in vars(c).items() if callable(v) and n.startswith("_") and not n.startswith("__")
+        n
+        for c in ours_of(trainer_class)
+        for n, v in vars(c).items()
+        if callable(v) and n.startswith("_") and not n.startswith("__")
     }
-    return sorted(n for n in mine if any(n in vars(base) for base in BASES))
+    return sorted(n for n in mine if any(n in vars(base) for base in bases_of(trainer_class)))
 
 
-# Every private method AERGRPOTrainer overrides, and why no public hook of TRL or transformers serves.
+# Every private method the AER trainers override (the shared adapter `AERTrainerMixin` and `ResumeMixin`, so both
+# trainers alike), and why no public hook of TRL or transformers serves.
 OVERRIDES = {
     "_calculate_rewards": "the reward functions see `completion_truncated` (an answer at the end of a cut "
     "completion may be cut too), and the rewards gathered over processes are what g(q) is computed from; TRL keeps "
@@ -54,24 +65,69 @@ OVERRIDES = {
 }
 
 
-def test_the_private_methods_we_override_are_the_ones_we_know():
+@pytest.mark.parametrize("trainer_class", [a for a, _ in ADAPTERS], ids=IDS)
+def test_the_private_methods_we_override_are_the_ones_we_know(trainer_class):
     """A new override is a new seam: it belongs in OVERRIDES first, with why no public hook serves."""
-    assert overrides() == sorted(OVERRIDES)
+    assert overrides(trainer_class) == sorted(OVERRIDES)
 
 
-@pytest.mark.parametrize("name", overrides())
-def test_each_override_accepts_what_the_base_passes(name):
+@pytest.mark.parametrize(
+    ("trainer_class", "name"), [(a, n) for a, _ in ADAPTERS for n in sorted(OVERRIDES)], ids=lambda v: str(v)
+)
+def test_each_override_accepts_what_the_base_passes(trainer_class, name):
     """Our override takes the base method's parameters by the same names, in the same order (TRL calls some of them
-    positionally); a parameter TRL adds or renames fails here, not silently at run time."""
-    base = next(vars(b)[name] for b in BASES if name in vars(b))
-    mine = ours(name)
+    positionally); a parameter TRL adds or renames fails here, not silently at run time. An override that forwards
+    `(*args, **kwargs)` unchanged relies on what the base returns instead: pinned below for the log-prob forward."""
+    base = next(vars(b)[name] for b in bases_of(trainer_class) if name in vars(b))
+    mine = next(vars(c)[name] for c in ours_of(trainer_class) if name in vars(c))
     base_params, our_params = params(base), params(mine)
     takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(mine).parameters.values())
     if takes_kwargs and not our_params:  # (*args, **kwargs): forwards everything to TRL
+        pinned = ("_get_per_token_logps_and_entropies", "_run_epoch")
+        assert name in pinned, f"{name} forwards blindly: pin what it relies on, as for {pinned}"
         return
     assert our_params[: len(base_params)] == base_params or (
         takes_kwargs and base_params[: len(our_params)] == our_params
     ), (base_params, our_params)
+
+
+@pytest.mark.parametrize("trl_class", [t for _, t in ADAPTERS], ids=IDS)
+def test_the_log_prob_forward_returns_logps_entropies_and_aux_loss_and_the_loss_asks_for_entropies(trl_class):
+    """`_get_per_token_logps_and_entropies` is overridden as `(*args, **kwargs)`: what AER relies on is that it
+    returns (logps, entropies, aux_loss), that it takes `compute_entropy`, and that TRL's loss calls it with
+    `compute_entropy=True` (the entropies AER's bonus and controller read)."""
+    forward = trl_class._get_per_token_logps_and_entropies
+    assert params(forward)[:4] == ["model", "input_ids", "attention_mask", "logits_to_keep"]
+    assert "compute_entropy" in params(forward)
+    assert str(inspect.signature(forward).return_annotation).startswith("tuple[torch.Tensor, torch.Tensor | None")
+    loss_source = inspect.getsource(trl_class._compute_loss)
+    assert "self._get_per_token_logps_and_entropies(" in loss_source and "compute_entropy=True" in loss_source
+
+
+def test_the_epoch_loop_stops_when_an_epoch_sets_should_training_stop():
+    """`_run_epoch` is overridden as `(*args, **kwargs)`: a run resumed at max_steps returns from it without training
+    and sets `control.should_training_stop`; transformers' loop must call it once per epoch and stop on that flag."""
+    loop = inspect.getsource(transformers.Trainer._inner_training_loop)
+    call = loop.index("self._run_epoch(")
+    assert "if self.control.should_training_stop:" in loop[call : call + 800]
+
+
+@pytest.mark.parametrize("trl_class", [t for _, t in ADAPTERS], ids=IDS)
+def test_the_loss_scaling_declaration_the_bonus_follows(trl_class):
+    """The bonus is scaled as TRL's loss is: by the accumulation steps where TRL scales its loss itself
+    (`loss_is_scaled_for_ga`, GRPO), not where transformers does (RLOO)."""
+    assert trl_class.loss_is_scaled_for_ga is (trl_class is GRPOTrainer)
+
+
+@pytest.mark.parametrize("trl_class", [t for _, t in ADAPTERS], ids=IDS)
+def test_both_trainers_have_the_seams_the_adapter_reads(trl_class):
+    assert params(trl_class._calculate_rewards) == ["inputs", "prompts", "completions", "completion_ids_list"]
+    assert params(trl_class.compute_loss)[:4] == ["model", "inputs", "return_outputs", "num_items_in_batch"]
+    assert params(trl_class.log) == ["logs", "start_time"]
+    assert isinstance(trl_class._tag_names, list) and isinstance(trl_class._name, str)
+    source = inspect.getsource(trl_class._prepare_inputs)
+    assert "shuffle_sequence_dict(generation_batch)" in source and "split_tensor_dict(generation_batch" in source
+    assert "self._step += 1" in inspect.getsource(trl_class.training_step)  # the rollout batch's end, counted
 
 
 def test_methods_and_helpers_we_call_exist_with_the_shapes_we_use():
@@ -79,10 +135,6 @@ def test_methods_and_helpers_we_call_exist_with_the_shapes_we_use():
     # we take [:3] of _generate's tuple as (prompt_ids, completion_ids, tool_mask)
     assert "return prompt_ids, completion_ids, tool_mask," in inspect.getsource(GRPOTrainer._generate)
     assert params(transformers.Trainer._load_callback_state) == []
-    assert params(GRPOTrainer.compute_loss)[:4] == ["model", "inputs", "return_outputs", "num_items_in_batch"]
-    assert params(GRPOTrainer.log) == ["logs", "start_time"]
-    assert params(GRPOTrainer._calculate_rewards) == ["inputs", "prompts", "completions", "completion_ids_list"]
-    assert isinstance(GRPOTrainer._tag_names, list) and isinstance(GRPOTrainer._name, str)
     # TRL's generation path we mirror in the shared rollout: the same helpers by the same names
     assert callable(grpo_trainer.unwrap_model_for_generation)
 
@@ -102,7 +154,6 @@ def test_the_private_members_we_read_exist_on_a_trainer(trainer):
     assert trainer._tokenizer.pad_token_id is not None
     assert isinstance(trainer.eos_token_ids, list) and isinstance(trainer.mask_truncated_completions, bool)
     assert trainer.max_completion_length == trainer.args.max_completion_length
-    assert callable(trainer._dist.summon_full_params)
 
 
 def batch(trainer, rows=4, prompt=3, completion=5):
@@ -153,8 +204,6 @@ def test_trl_shuffles_and_splits_keys_it_does_not_know_row_aligned():
     assert not torch.equal(shuffled["aer_lambda"], data["aer_lambda"])
     parts = split_tensor_dict(shuffled, 4)
     assert len(parts) == 4 and all(torch.equal(p["completion_ids"][:, 0], p["aer_lambda"].long() * 10) for p in parts)
-    source = inspect.getsource(GRPOTrainer._prepare_inputs)
-    assert "shuffle_sequence_dict(generation_batch)" in source and "split_tensor_dict(generation_batch" in source
 
 
 def test_the_trl_range_we_declare_contains_the_trl_we_test():

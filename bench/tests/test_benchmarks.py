@@ -15,9 +15,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 def test_step_cost_quick(tmp_path, capsys):
     import step_cost
 
-    rows = step_cost.main(["--quick", "--json", str(tmp_path / "rows.json")])
-    assert len(rows) == 1 and rows[0]["grpo_ms"] > 0 and rows[0]["aer_ms"] > 0
-    assert "time_ratio" in rows[0] and json.loads((tmp_path / "rows.json").read_text()) == rows
+    rows = step_cost.main(["--quick", "--trainer", "grpo", "rloo", "--json", str(tmp_path / "rows.json")])
+    assert [r["trainer"] for r in rows] == ["grpo", "rloo"]  # AER on each TRL loss against that loss, one run
+    assert all(r["grpo_ms"] > 0 and r["aer_ms"] > 0 and "time_ratio" in r for r in rows)
+    assert json.loads((tmp_path / "rows.json").read_text()) == rows
     assert "GRPO ms" in capsys.readouterr().out
 
 
