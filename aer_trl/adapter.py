@@ -24,10 +24,10 @@ import torch
 
 from .callbacks import AERCallback, trainer_callbacks
 from .card import write_model_card
+from .chat_template import prompts_are_conversational, set_chat_template
 from .core import AERCore
 from .hardware import cpu_bf16_warning
 from .methods import get_method
-from .prompts import prompts_are_conversational, set_chat_template
 from .resume import ResumeMixin
 from .vllm_support import EngineDriftGuard, vllm_for_trainer
 

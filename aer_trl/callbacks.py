@@ -16,8 +16,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
+from .atomic import atomic_write
 from .core_algos import AERController, rollout_steps
-from .files import atomic_write
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ import textwrap
 
 from trl.trainer.utils import get_config_model_id
 
-from .data import hub_dataset_id
 from .methods import get_method
 
 AER_PAPER = {
@@ -29,6 +28,15 @@ AER_PAPER = {
 
 
 HUB = "https://huggingface.co"
+DATA_FILES = (".jsonl", ".json", ".parquet", ".csv", ".arrow")
+
+
+def hub_dataset_id(name: str | None) -> str | None:
+    """A data set name the card links to the Hub: an `owner/name` id that is not a local path or file; None else (the
+    application resolves its short names, e.g. `deepscaler`, to their Hub ids before handing them over)."""
+    if not name or name.count("/") != 1 or os.path.exists(name) or os.path.splitext(name)[1] in DATA_FILES:
+        return None
+    return name
 
 
 def _local_base(base: str | None) -> str:

@@ -319,14 +319,15 @@ class AERArguments:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             return cls(f"{model_name.split('/')[-1]}-{cls.default_run_suffix}")
         if isinstance(args, base) and not isinstance(args, cls):
-            method = cls.method_for_trl_config(args)
+            method, why = cls.method_for_trl_config(args)
             logger.warning(
-                "%s got a trl.%s: converted with %s.from_trl_config, method=%r (AER fields at their defaults); pass "
-                "an %s to set them",
+                "%s got a trl.%s: converted with %s.from_trl_config, method=%r%s (AER fields at their defaults); "
+                "pass an %s to set them",
                 cls.trainer_name,
                 base.__name__,
                 cls.__name__,
                 method,
+                why,
                 cls.__name__,
             )
             return cls.from_trl_config(args, method=method)
@@ -343,9 +344,9 @@ class AERArguments:
     default_run_suffix: ClassVar[str] = "AER"
 
     @classmethod
-    def method_for_trl_config(cls, trl_args) -> str:
-        """The method a plain TRL config converts to: AER's default method."""
-        return cls.method
+    def method_for_trl_config(cls, trl_args) -> tuple[str, str]:
+        """The method a plain TRL config converts to (AER's default method), and why, for the warning."""
+        return cls.method, ""
 
     @classmethod
     def from_trl_config(cls, trl_config, **aer_fields):
@@ -379,15 +380,12 @@ class AERGRPOConfig(AERArguments, GRPOConfig):
     kl_cov_coef: float = field(default=1.0, metadata={"help": "KL-Cov: coefficient κ of |logπ − logπ_old|."})
 
     @classmethod
-    def method_for_trl_config(cls, trl_args) -> str:
+    def method_for_trl_config(cls, trl_args) -> tuple[str, str]:
         """A `GRPOConfig` that asks for TRL's own entropy bonus trains it (method 'grpo': AER's would be a second
         one); any other trains AER's default method."""
-        trl_entropy = trl_args.entropy_coef != 0.0 or trl_args.use_adaptive_entropy
-        if trl_entropy:
-            logger.warning(
-                "the trl.GRPOConfig sets TRL's entropy_coef/use_adaptive_entropy: method 'grpo' trains them"
-            )
-        return "grpo" if trl_entropy else cls.method
+        if trl_args.entropy_coef != 0.0 or trl_args.use_adaptive_entropy:
+            return "grpo", " because it sets TRL's entropy_coef/use_adaptive_entropy"
+        return cls.method, ""
 
     @classmethod
     def from_grpo_config(cls, grpo_config: GRPOConfig, **aer_fields) -> AERGRPOConfig:

@@ -1,14 +1,14 @@
-"""One registry for every kind of plug-in: training methods (`aer_trl.methods`), data sources (`aer_trl.data`) and
-reward functions (`aer_trl.rewards`). Each kind is one `Registry` and the same three calls:
+"""One registry for every kind of plug-in: training methods (`aer_trl.methods`), data sources (`aer_trl.app.data`)
+and reward functions (`aer_trl.app.rewards`). Each kind is one `Registry` and the same three calls:
 
     register_<kind>(obj, *, name=None, replace=False)  # name: the object's `.name` (else `__name__`) by default
     get_<kind>(name)  # an unknown name is an error that names the field and lists the known names
     <kind>s()  # the registered ones by name, read-only, in registration order
 
 An installed package can declare a plug-in as an entry point in the kind's group (`aer_trl.methods`,
-`aer_trl.data`, `aer_trl.rewards`): `get_<kind>(name)` loads it on first use, so `accelerate launch
-recipes/train.py --method my_method` finds it without the user's code being imported first; no plug-in runs at
-import time (docs/design.md §6, "Add a method").
+`aer_trl.data`, `aer_trl.rewards`: the groups kept their names when the modules moved under `aer_trl.app`):
+`get_<kind>(name)` loads it on first use, so `accelerate launch recipes/train.py --method my_method` finds it without
+the user's code being imported first; no plug-in runs at import time (docs/design.md §6, "Add a method").
 """
 
 from __future__ import annotations

@@ -4,10 +4,8 @@ and every setting that differs from the checkpoint's is named (docs/design.md §
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
-from pathlib import Path
 
 from transformers.trainer_callback import ExportableState
 
@@ -144,41 +142,3 @@ class ResumeMixin:
             seen[type(cb)] += 1
             if index < len(newest):
                 cb.restore(newest[index])
-
-
-# what a LoRA adapter's weights compute with (saved adapter_config.json key -> ModelConfig field)
-ADAPTER_FIELDS = {"r": "lora_r", "lora_alpha": "lora_alpha", "use_rslora": "use_rslora", "use_dora": "use_dora"}
-
-
-def check_resume_adapter(checkpoint: str, model_args) -> None:
-    """A checkpoint resumes as what it was trained as. A LoRA checkpoint resumed without `use_peft`, or a full one
-    with it, failed deep in transformers (a missing weights index, a mismatched optimizer group); a LoRA one resumed
-    with another `lora_alpha` or `use_rslora` loaded its weights under another scaling and trained on, silently
-    (measured: lora_alpha 32 -> 64 made the adapter's scaling 4.0 where it was trained at 2.0). Each is refused here,
-    naming what differs; `lora_dropout` and the other training settings may change (named by the resume warning)."""
-    from trl import get_peft_config
-
-    saved_path = Path(checkpoint) / "adapter_config.json"
-    use_peft = bool(getattr(model_args, "use_peft", False))
-    if saved_path.is_file() and not use_peft:
-        raise ValueError(
-            f"resume_from_checkpoint: {checkpoint} holds a LoRA adapter (adapter_config.json) and this run trains the "
-            "full model: resume with use_peft: true and the checkpoint's LoRA settings, or start a new run"
-        )
-    if use_peft and not saved_path.is_file():
-        raise ValueError(
-            f"resume_from_checkpoint: {checkpoint} holds a full model and this run trains a LoRA adapter (use_peft: "
-            "true): resume without use_peft, or start a new run from the checkpoint's weights"
-        )
-    if not use_peft:
-        return
-    saved, current = json.loads(saved_path.read_text()), get_peft_config(model_args).to_dict()
-    changed = {
-        field: (saved.get(k), current.get(k)) for k, field in ADAPTER_FIELDS.items() if saved.get(k) != current.get(k)
-    }
-    if changed:
-        raise ValueError(
-            f"resume_from_checkpoint: {checkpoint}'s LoRA adapter was trained with other settings "
-            f"({describe_changes(changed)}): its weights would compute another function than the one trained. Resume "
-            "with the checkpoint's settings, or start a new run"
-        )

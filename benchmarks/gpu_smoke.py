@@ -192,7 +192,7 @@ def recipe_command(cpu: bool, out: Path, extra: list[str]) -> list[str]:
     return [
         *launcher(cpu),
         "-m",
-        "aer_bench.run",  # the arithmetic source is the research bench's: aer_trl.run with its classes
+        "aer_bench.run",  # the arithmetic source is the research bench's: aer_trl.app.run with its classes
         "--config",
         str(RECIPE),
         *size,

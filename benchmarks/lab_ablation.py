@@ -38,7 +38,7 @@ import yaml
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from aer_bench.stats import interval  # noqa: E402
-from aer_trl.resources import recipes_dir  # noqa: E402
+from aer_trl.app.resources import recipes_dir  # noqa: E402
 
 RECIPES = recipes_dir("lab", "aer_bench")
 STUDIES = {
@@ -89,7 +89,7 @@ def run_cell(study: str, name: str, method: str, extra: list[str], seed: int, ar
     """Train and evaluate one cell unless its result is on disk; the result is written last, atomically."""
     from aer_bench.studies.report import evaluate_pass_at_k
     from aer_bench.training import train_recipe
-    from aer_trl.files import atomic_write
+    from aer_trl.atomic import atomic_write
     from aer_trl.metrics import read_metrics
 
     cell_dir_ = cell_dir(method, extra, seed, args)

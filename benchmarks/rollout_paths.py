@@ -33,7 +33,7 @@ PATHS = {
 
 def run_path(name: str, steps: int, workdir: Path) -> dict:
     from aer_bench.training import BenchGRPOTrainer, parse_recipe, train
-    from aer_trl.resources import recipes_dir
+    from aer_trl.app.resources import recipes_dir
 
     generation: list[float] = []
     cls = BenchGRPOTrainer  # the library's trainer with the bench's shared rollout

@@ -218,7 +218,7 @@ def build(case: Case, device: torch.device, tmp: str):
     if case.real_weights:
         from transformers import AutoModelForCausalLM
 
-        from aer_trl.gguf import convert_gguf
+        from aer_trl.app.gguf import convert_gguf
 
         model = AutoModelForCausalLM.from_pretrained(convert_gguf(), dtype=dtype).to(device)
     else:

@@ -23,7 +23,7 @@ import time
 CHILD = """
 import collections, json, sys, time
 sys.path.insert(0, sys.argv[1])
-from aer_trl.verifier import VerifierPool
+from aer_trl.app.verifier import VerifierPool
 pool = VerifierPool(workers=2, timeout=float(sys.argv[3]))
 answers = [{"text": f"\\\\boxed{{{7 * i}}}", "gold": str(7 * i)} for i in range(64)]
 pool.check(answers[:2])  # the workers are up

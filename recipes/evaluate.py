@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from aer_trl.evaluation.__main__ import main  # noqa: E402
+from aer_trl.app.evaluation.__main__ import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

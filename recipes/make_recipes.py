@@ -43,7 +43,7 @@ SETTINGS = {
 }
 
 
-# AER on TRL's RLOO loss (`trainer: rloo`, aer_trl.trainers): `aer_rloo.yaml` beside these settings' aer.yaml
+# AER on TRL's RLOO loss (`trainer: rloo`, aer_trl.app.trainers): `aer_rloo.yaml` beside these settings' aer.yaml
 RLOO_SETTINGS = ["smollm2_135m_instruct/gsm8k/aer.yaml", "qwen3_4b_base/deepscaler/aer.yaml"]
 RLOO_LINE = "trainer: rloo  # AERRLOOTrainer: AER on TRL's RLOO loss (leave-one-out baseline, clipped sequence ratio)"
 

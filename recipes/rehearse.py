@@ -47,7 +47,7 @@ GAP_BOUND = 1e-3  # TRL's sampling/sampling_logp_difference/mean at every step, 
 def size_overrides(output_dir: Path) -> dict:
     """The keys that set the run's size (and its CPU-only switches); everything else is the shipped recipe's."""
     sys.path.insert(0, str(ROOT))
-    from aer_trl.gguf import smollm2_gguf_path
+    from aer_trl.app.gguf import smollm2_gguf_path
 
     return {
         "model_name_or_path": str(smollm2_gguf_path()),
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
         "changed_keys": sorted(k for k in overrides if shipped.get(k) != overrides[k]),
         "launch": " ".join(launch_command(recipe)[2:]),
     }
-    from aer_trl.gguf import convert_gguf
+    from aer_trl.app.gguf import convert_gguf
 
     convert_gguf(overrides["model_name_or_path"])  # once, here: the two ranks then read the cached folder
     first_checkpoint = run_dir / f"checkpoint-{SAVE}" / "trainer_state.json"

@@ -1,4 +1,4 @@
-"""Train with AER (or a baseline) from a YAML recipe: the command line `aer_trl.run` (also installed as `aer-train`).
+"""Train with AER (or a baseline) from a YAML recipe: the command line `aer_trl.app.run` (installed as `aer-train`).
 
     accelerate launch recipes/train.py                                  # the laptop lab (CPU, a few minutes)
     accelerate launch recipes/train.py --config recipes/smollm2_135m_instruct/gsm8k/aer.yaml   # a real LLM on CPU
@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from aer_trl.run import cli, main  # noqa: E402, F401 (main: tests and notebooks call it)
+from aer_trl.app.run import cli, main  # noqa: E402, F401 (main: tests and notebooks call it)
 
 if __name__ == "__main__":
     cli()

@@ -39,7 +39,7 @@ def smollm2():
     content), so the test workers, the vLLM suite and the rehearsal share one conversion (~40 s each before). Tests
     read it and never write into it. Skipped where the wheel is not installed: `make install` installs it, a bare
     `pip install -e .` does not."""
-    from aer_trl.gguf import convert_gguf, smollm2_gguf_path
+    from aer_trl.app.gguf import convert_gguf, smollm2_gguf_path
 
     try:
         smollm2_gguf_path()

@@ -2,8 +2,8 @@
 
 import os
 
-from aer_trl.evaluation import EvalArguments, PassAtKCallback
-from aer_trl.evaluation.harness import TransformersGenerator
+from aer_trl.app.evaluation import EvalArguments, PassAtKCallback
+from aer_trl.app.evaluation.harness import TransformersGenerator
 from tests import helpers
 
 

@@ -113,7 +113,7 @@ def make_trainer(tokenizer, args, seed: int = 0, reward_funcs=None, **kwargs) ->
 HOLD_LOCK = """
 import sys, time
 from pathlib import Path
-from aer_trl.files import try_lock
+from aer_trl.app.files import try_lock
 
 assert try_lock(sys.argv[1]) is not None
 Path(sys.argv[1] + ".held").touch()
@@ -123,8 +123,8 @@ time.sleep(120)
 
 @contextlib.contextmanager
 def lock_held_elsewhere(path: Path):
-    """Another process holds `aer_trl.files.try_lock(path)` inside the block (its process object is yielded), and is
-    killed at the end."""
+    """Another process holds `aer_trl.app.files.try_lock(path)` inside the block (its process object is yielded),
+    and is killed at the end."""
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(path)], cwd=Path(__file__).resolve().parents[1])
     try:
         deadline = time.monotonic() + 60

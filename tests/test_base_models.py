@@ -11,7 +11,7 @@ from datasets import Dataset
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from aer_trl import AERGRPOTrainer
-from aer_trl.prompts import PLAIN_CHAT_TEMPLATE, read_chat_template
+from aer_trl.chat_template import PLAIN_CHAT_TEMPLATE, read_chat_template
 from tests import helpers
 
 
@@ -115,9 +115,9 @@ def test_a_template_file_replaces_the_tokenizers_own_and_a_wrong_one_names_the_s
 def test_evaluation_formats_a_base_model_with_the_template_it_trained_with(tmp_path, base_tokenizer):
     """`chat_template_path` in the evaluation's arguments: the untrained base model (the appendix's Base row) sees
     its prompts as the run did, and the prompt ids hold one BOS (the template's, none added on top)."""
-    from aer_trl.evaluation.backends import load_tokenizer
-    from aer_trl.evaluation.plan import prompt_text
-    from aer_trl.evaluation.sampling import adds_special_tokens
+    from aer_trl.app.evaluation.backends import load_tokenizer
+    from aer_trl.app.evaluation.plan import prompt_text
+    from aer_trl.app.evaluation.sampling import adds_special_tokens
 
     base_tokenizer.save_pretrained(tmp_path)
     plain = load_tokenizer(str(tmp_path))
@@ -135,7 +135,7 @@ def test_validation_during_training_formats_and_stops_as_the_run_does(tmp_path, 
 
     from transformers import TrainerControl, TrainerState
 
-    from aer_trl.evaluation import PassAtKCallback
+    from aer_trl.app.evaluation import PassAtKCallback
 
     bench = tmp_path / "bench.jsonl"
     bench.write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")

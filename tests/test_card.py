@@ -3,7 +3,7 @@ and AER's controller state, links only to what exists on the Hub, the AER paper 
 
 import pytest
 
-from aer_trl.data import MATH_TABLES
+from aer_trl.app.data import MATH_TABLES
 from tests import helpers
 
 
@@ -15,7 +15,7 @@ def _card(tmp_path, dataset_name, **config):
 
 
 def test_an_aer_card_has_the_settings_and_controller_state_and_links_only_what_exists(tmp_path):
-    card = _card(tmp_path, "deepscaler", aer_rho=0.3)
+    card = _card(tmp_path, MATH_TABLES["deepscaler"].hub_id, aer_rho=0.3)  # `aer-train` passes a known name's Hub id
     assert "## Training method: AER-GRPO" in card and "arxiv.org/abs/2510.10959" in card
     for row in ("| ρ (pivot accuracy) | 0.3 |", "| final α | 0 |", "| H0 (initial entropy) | n/a |"):
         assert row in card, row

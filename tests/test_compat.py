@@ -6,8 +6,8 @@ import warnings
 import pytest
 
 from aer_trl import AERGRPOConfig
+from aer_trl.app.evaluation import sample_completions
 from aer_trl.compat import cache_kwarg, has_activation_checkpointing
-from aer_trl.evaluation import sample_completions
 from tests import helpers
 
 RENAMED = ("past_key_values", "`gradient_checkpointing`", "gradient_checkpointing_kwargs")

@@ -56,8 +56,8 @@ def test_every_field_we_declare_has_help():
 
     from trl import GRPOConfig
 
-    from aer_trl.evaluation.args import EvalArguments
-    from aer_trl.training import AERScriptArguments
+    from aer_trl.app.evaluation.args import EvalArguments
+    from aer_trl.app.training import AERScriptArguments
 
     for cls, base in ((AERGRPOConfig, GRPOConfig), (AERScriptArguments, None), (EvalArguments, None)):
         inherited = {f.name for f in dataclasses.fields(base)} if base else set()
@@ -144,7 +144,7 @@ def test_run_settings_are_what_shapes_the_model_not_bookkeeping(tmp_path):
 def test_an_unknown_key_is_refused_by_name(tmp_path):
     """A key no dataclass of the recipe knows (a typo, a name of another tool) is refused with its name, in the
     constructor, a recipe file and a command-line flag; never silently dropped."""
-    from aer_trl.training import parse_recipe
+    from aer_trl.app.training import parse_recipe
 
     with pytest.raises(TypeError, match="aer_target_entropy"):
         make_config(tmp_path, aer_target_entropy=1.0)

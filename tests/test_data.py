@@ -1,4 +1,4 @@
-"""aer_trl.data: question/answer tables from local files (and the Hub, by name), normalised into prompts."""
+"""aer_trl.app.data: question/answer tables from local files (and the Hub, by name), normalised into prompts."""
 
 import json
 import logging
@@ -6,8 +6,8 @@ import logging
 import pytest
 from datasets import Dataset
 
-from aer_trl.data import load_math_dataset
-from aer_trl.prompts import PromptFormat
+from aer_trl.app.data import load_math_dataset
+from aer_trl.app.prompts import PromptFormat
 
 
 def write_jsonl(path, rows):
@@ -68,7 +68,7 @@ def test_a_conversational_prompt_column_keeps_every_turn(tmp_path):
 
 def test_the_packaged_gsm8k_sample_loads_by_name_without_the_repository_or_the_hub():
     """`dataset_name: gsm8k-sample` (the CPU recipe's data): 12 real GSM8K test rows shipped in the package."""
-    from aer_trl.data import load_math_dataset
+    from aer_trl.app.data import load_math_dataset
 
     data = load_math_dataset("gsm8k-sample")
     assert len(data) == 12 and {"prompt", "answer"} <= set(data.column_names)

@@ -1,11 +1,11 @@
-"""aer_trl.data: data asked for by name, prompt formats resolved once, a source registered by name."""
+"""aer_trl.app.data: data asked for by name, prompt formats resolved once, a source registered by name."""
 
 import json
 
 import pytest
 
-from aer_trl.data import DataSource, get_source, register_source, resolve_format
-from aer_trl.training import AERScriptArguments
+from aer_trl.app.data import DataSource, get_source, register_source, resolve_format
+from aer_trl.app.training import AERScriptArguments
 
 
 def test_math_tables_take_shots_from_a_named_pool_and_drop_rows_that_are_shots(tmp_path):

@@ -101,7 +101,7 @@ def test_a_plain_grpo_config_is_accepted(tmp_path):
 def test_a_stop_inside_a_rollout_batch_writes_no_checkpoint_there_and_resumes_exactly(tmp_path):
     """2 optimizer steps per rollout batch; stopped at step 3, resumed to 6: the α trajectory of an uninterrupted run
     (the checkpoint at step 3 would have left α one update behind)."""
-    from aer_trl.training import resolve_resume
+    from aer_trl.app.checkpoints import resolve_resume
 
     def config(out, max_steps):
         return helpers.make_config(

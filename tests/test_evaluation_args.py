@@ -2,7 +2,7 @@
 
 import pytest
 
-from aer_trl.evaluation import EvalArguments
+from aer_trl.app.evaluation import EvalArguments
 
 
 def test_invalid_eval_arguments():

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from aer_trl.evaluation.engine_samplers import ColocatedSampler, ServerSampler
+from aer_trl.app.evaluation.engine_samplers import ColocatedSampler, ServerSampler
 from tests import helpers
 
 
@@ -127,7 +127,7 @@ def test_the_engine_gets_the_prompts_token_ids_without_a_second_bos(fake_vllm):
 def test_stored_vllm_samples_of_a_bos_adding_tokenizer_are_not_reused():
     """Samples vLLM drew from the double-BOS prompts must not be mixed with new ones: such a model's vLLM fingerprint
     changed; every other model's, and every transformers fingerprint, stayed as it was."""
-    from aer_trl.evaluation.plan import run_fingerprint
+    from aer_trl.app.evaluation.plan import run_fingerprint
 
     args = SimpleNamespace(model_revision=None, num_samples=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8,
                            seed=0, batch_size=2)  # fmt: skip
@@ -142,9 +142,9 @@ def test_a_template_less_base_models_prompts_get_their_bos_in_every_backend(fake
     with the tokenizer's special tokens (`processing_class(text=...)`), as lm-eval does, so a Llama-style model gets
     its BOS. Both backends and the stored fingerprint follow; a templated prompt stays as TRL's `apply_chat_template`
     gives it (the template wrote its special tokens)."""
-    from aer_trl.evaluation.backends import prompt_ids
-    from aer_trl.evaluation.plan import prompt_text, run_fingerprint
-    from aer_trl.evaluation.sampling import _left_padded
+    from aer_trl.app.evaluation.backends import prompt_ids
+    from aer_trl.app.evaluation.plan import prompt_text, run_fingerprint
+    from aer_trl.app.evaluation.sampling import _left_padded
 
     conversation = [{"role": "user", "content": "1+3?"}]
     base = bos_tokenizer()

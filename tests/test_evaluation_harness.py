@@ -3,7 +3,7 @@ at a time."""
 
 import pytest
 
-from aer_trl.evaluation import evaluate
+from aer_trl.app.evaluation import evaluate
 from tests import helpers
 from tests.eval_helpers import Fake, Real, lines, make_args
 
@@ -28,7 +28,7 @@ def test_real_model_interrupted_then_resumed_equals_uninterrupted(tmp_path, mode
 def test_a_second_evaluation_into_the_same_folder_is_refused_while_the_first_runs(tmp_path, model_and_bench):
     """Two evaluations in one folder repair and rewrite each other's store and merge metrics.json over each other:
     while one holds the folder, another is refused by name; a killed one leaves no stale lock."""
-    from aer_trl.evaluation.harness import EVAL_LOCK
+    from aer_trl.app.evaluation.harness import EVAL_LOCK
 
     model, bench = model_and_bench
     out = tmp_path / "eval"

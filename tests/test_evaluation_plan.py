@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aer_trl.evaluation import evaluate
+from aer_trl.app.evaluation import evaluate
 from tests import helpers
 from tests.eval_helpers import Fake, _alive, make_args
 
@@ -176,9 +176,9 @@ def test_a_data_parallel_worker_holds_the_folder_lock_with_its_parent(tmp_path, 
     A worker started without the lock shows the test can fail."""
     import multiprocessing as mp
 
-    from aer_trl.evaluation import plan
-    from aer_trl.evaluation.harness import EVAL_LOCK
-    from aer_trl.files import lock_folder
+    from aer_trl.app.evaluation import plan
+    from aer_trl.app.evaluation.harness import EVAL_LOCK
+    from aer_trl.app.files import lock_folder
 
     def lock():
         return lock_folder(tmp_path, EVAL_LOCK, "evaluation is writing into it")
@@ -197,7 +197,7 @@ def test_a_data_parallel_worker_holds_the_folder_lock_with_its_parent(tmp_path, 
 
 
 def test_more_vllm_workers_than_gpus_is_refused_before_any_starts(monkeypatch):
-    from aer_trl.evaluation import plan
+    from aer_trl.app.evaluation import plan
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -209,7 +209,7 @@ def test_more_vllm_workers_than_gpus_is_refused_before_any_starts(monkeypatch):
 
 
 def test_each_data_parallel_worker_watches_its_parent_before_it_samples(monkeypatch):
-    from aer_trl.evaluation import plan
+    from aer_trl.app.evaluation import plan
 
     calls = []
     monkeypatch.setattr(plan, "exit_with_parent", lambda: calls.append("watch"))

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from aer_trl.evaluation import evaluate
+from aer_trl.app.evaluation import evaluate
 from tests import helpers
 from tests.eval_helpers import Fake, lines, make_args
 
@@ -47,7 +47,7 @@ def test_the_appendix_protocol_samples_each_benchmark_its_own_n_and_reports_mean
     by `model_labels`, and a second run generates nothing."""
     import shutil
 
-    from aer_trl.evaluation import EvalArguments
+    from aer_trl.app.evaluation import EvalArguments
 
     model, bench = model_and_bench
     other = tmp_path / "hard.jsonl"
@@ -82,7 +82,7 @@ def test_the_appendix_protocol_samples_each_benchmark_its_own_n_and_reports_mean
 
 
 def test_per_benchmark_sample_counts_are_checked():
-    from aer_trl.evaluation import EvalArguments
+    from aer_trl.app.evaluation import EvalArguments
 
     with pytest.raises(ValueError, match=r"names \['amc'\], which are not among benchmarks"):
         EvalArguments(models=["m"], benchmarks=["aime24"], num_samples_per_benchmark={"amc": 8})

@@ -2,7 +2,7 @@
 
 import json
 
-from aer_trl.evaluation import evaluate
+from aer_trl.app.evaluation import evaluate
 from tests.eval_helpers import lines, make_args
 
 
@@ -27,7 +27,7 @@ def test_a_longer_budget_continues_the_shorter_budgets_samples(tmp_path, model_a
 def test_a_stop_string_ends_each_sample_where_it_first_occurs_and_is_not_kept(tokenizer):
     """`stop` (a base model's recipe stops at a next 'Question:'): each sample is the unstopped sample cut before its
     first stop string (transformers' stop_strings, as vLLM's stop); the other rows' draws are unchanged."""
-    from aer_trl.evaluation.sampling import cut_at_stop, sample_chunk
+    from aer_trl.app.evaluation.sampling import cut_at_stop, sample_chunk
     from tests import helpers
 
     model = helpers.make_model(tokenizer)
@@ -41,8 +41,8 @@ def test_a_stop_string_ends_each_sample_where_it_first_occurs_and_is_not_kept(to
 
 
 def test_the_stop_strings_are_part_of_the_fingerprint_only_where_set(tmp_path, model_and_bench):
-    from aer_trl.evaluation.backends import vllm_sampling
-    from aer_trl.evaluation.plan import run_fingerprint
+    from aer_trl.app.evaluation.backends import vllm_sampling
+    from aer_trl.app.evaluation.plan import run_fingerprint
 
     model, bench = model_and_bench
     plain, stopped = make_args(tmp_path, model, bench), make_args(tmp_path, model, bench, stop="\nQuestion:")

@@ -5,8 +5,8 @@ import logging
 
 import pytest
 
-from aer_trl.evaluation import evaluate
-from aer_trl.rewards import JUDGE_VERSION
+from aer_trl.app.evaluation import evaluate
+from aer_trl.app.rewards import JUDGE_VERSION
 from tests.eval_helpers import Fake, lines, make_args
 
 
@@ -66,7 +66,7 @@ def test_verdicts_of_another_answer_checker_version_are_judged_again(tmp_path, m
 
 
 def test_incomplete_set_is_refused(tmp_path, model_and_bench):
-    from aer_trl.evaluation.harness import make_plans, score
+    from aer_trl.app.evaluation.harness import make_plans, score
 
     model, bench = model_and_bench
     args = make_args(tmp_path / "eval", model, bench, max_problems=4)
@@ -80,7 +80,7 @@ def test_incomplete_set_is_refused(tmp_path, model_and_bench):
 def test_a_problem_repeated_in_a_benchmark_counts_its_own_samples(tmp_path, model_and_bench):
     """A benchmark that lists a problem twice (in one chunk or in two) evaluates each listing on its own samples, as
     it would two different problems: the store keeps both, and pass@1 is the mean over every generated sample."""
-    from aer_trl.evaluation.store import load_store
+    from aer_trl.app.evaluation.store import load_store
 
     model, _ = model_and_bench
     bench = tmp_path / "repeats.jsonl"

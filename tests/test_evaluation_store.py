@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from aer_trl.evaluation import evaluate
+from aer_trl.app.evaluation import evaluate
 from tests.eval_helpers import Fake, lines, make_args
 
 
@@ -45,7 +45,7 @@ def test_garbage_line_in_the_middle_is_dropped_once(tmp_path, model_and_bench, c
 
 
 def test_full_disk_keeps_the_file_whole_and_resumes(tmp_path, model_and_bench, monkeypatch):
-    from aer_trl.evaluation import store
+    from aer_trl.app.evaluation import store
 
     model, bench = model_and_bench
     reference = evaluate(make_args(tmp_path / "ref", model, bench), generator_factory=Fake())

@@ -6,8 +6,8 @@ import logging
 import pytest
 import torch
 
-from aer_trl.evaluation import EvalArguments, PassAtKCallback
-from aer_trl.evaluation.plan import load_problems
+from aer_trl.app.evaluation import EvalArguments, PassAtKCallback
+from aer_trl.app.evaluation.plan import load_problems
 from tests import helpers
 from tests.eval_helpers import THINKING_TEMPLATE, train_with_callback
 
@@ -75,7 +75,7 @@ def test_a_resume_keeps_the_runs_validation_and_compares_only_like_with_like(
         trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, max_steps=3, **common), callbacks=[cb])
         monkeypatch.setattr(cb, "evaluate", lambda model, tok: {"pass@1": 0.3, "pass@4": 0.9})
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="aer_trl.evaluation.validation"):
+        with caplog.at_level(logging.WARNING, logger="aer_trl.app.evaluation.validation"):
             trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
         assert [h["step"] for h in cb.history] == [1, 2, 3] and cb.history[-1]["pass@1"] == 0.3  # this callback ran
         return cb, json.loads((tmp_path / "best_checkpoint.json").read_text())
@@ -139,7 +139,7 @@ def test_evaluation_during_training_leaves_the_training_rng_untouched(tmp_path, 
 def test_chunks_per_rank_for_lockstep_per_rank_and_main_only_samplers():
     from types import SimpleNamespace
 
-    from aer_trl.evaluation.validation import assigned_chunks
+    from aer_trl.app.evaluation.validation import assigned_chunks
 
     lockstep, free = SimpleNamespace(lockstep=True), SimpleNamespace(lockstep=False)
     server = SimpleNamespace(lockstep=False, main_only=True)

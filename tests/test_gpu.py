@@ -75,7 +75,7 @@ def test_lab_recipe_on_cuda_with_the_warm_start_built_in_process(tmp_path):
 
 
 def test_evaluation_harness_on_cuda(tmp_path):
-    from aer_trl.evaluation import EvalArguments, evaluate
+    from aer_trl.app.evaluation import EvalArguments, evaluate
 
     tokenizer = helpers.make_tokenizer()
     model_dir = tmp_path / "tiny"

@@ -16,7 +16,12 @@ def _loaded_after(statement: str) -> set[str]:
 
 @pytest.mark.parametrize(
     "statement",
-    ["import aer_trl", "import aer_trl.core_algos", "import aer_trl.evaluation.passk", "from aer_trl import methods"],
+    [
+        "import aer_trl",
+        "import aer_trl.core_algos",
+        "import aer_trl.app.evaluation.passk",
+        "from aer_trl import methods",
+    ],
 )
 def test_the_top_level_and_the_pure_math_load_no_trl_or_transformers(statement):
     loaded = _loaded_after(statement)

@@ -60,7 +60,7 @@ def test_the_wheel_installed_elsewhere_trains_a_shipped_cpu_recipe(tmp_path):
     where = run(
         str(python),
         "-c",
-        f"import aer_trl.resources as r; print(r.__file__); print(r.resolve_recipe({recipe_name!r}))",
+        f"import aer_trl.app.resources as r; print(r.__file__); print(r.resolve_recipe({recipe_name!r}))",
     )
     assert where.returncode == 0, where.stderr
     module, recipe = where.stdout.split()

@@ -1,10 +1,10 @@
-"""aer_trl.kvcache: each distinct prompt prefilled once, its cache indexed out to the rows that share it, gives the
+"""aer_trl.app.kvcache: each distinct prompt prefilled once, its cache indexed out to the rows that share it, gives the
 logits every row would get had it been prefilled itself (left padding, positions and row selection included)."""
 
 import torch
 
+from aer_trl.app.kvcache import positions, prefill
 from aer_trl.compat import cache_kwarg
-from aer_trl.kvcache import positions, prefill
 
 
 def test_positions_of_left_padded_rows():

@@ -1,5 +1,5 @@
-"""Two machines on this one: two launchers (`aer_trl.launch.node_command`, the command the SLURM script runs on each
-node) as machine ranks 0 and 1 on 127.0.0.1, one CPU process each, DeepSpeed ZeRO-3 over gloo. One "machine" is
+"""Two machines on this one: two launchers (`aer_trl.app.launch.node_command`, the command the SLURM script runs on
+each node) as machine ranks 0 and 1 on 127.0.0.1, one CPU process each, DeepSpeed ZeRO-3 over gloo. One "machine" is
 killed in mid-run; the other must stop with an error, not hang; both then resume from the last checkpoint, AER's
 controller state with it."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from aer_trl.launch import node_command
+from aer_trl.app.launch import node_command
 from tests.test_distributed import ROOT, SCRIPT, check_group_accuracy_and_lockstep, free_port, trained_figures
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -159,8 +159,8 @@ for i in $(seq 0 $((n - 1))); do SLURM_NODEID=$i "$@"; done
 
 @pytest.mark.parametrize("layout", ["colocate", "server"])
 def test_the_slurm_script_runs_the_launch_command_on_every_node(tmp_path, layout):
-    """recipes/slurm/train.sbatch under a stand-in SLURM (3 nodes): each training node gets aer_trl.launch's command
-    with its own rank and the first node as the main one; in the server layout the last node serves vLLM."""
+    """recipes/slurm/train.sbatch under a stand-in SLURM (3 nodes): each training node gets aer_trl.app.launch's
+    command with its own rank and the first node as the main one; in the server layout the last node serves vLLM."""
     for name, text in SLURM_SHIMS.items():
         (tmp_path / name).write_text(text)
         (tmp_path / name).chmod(0o755)

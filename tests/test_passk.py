@@ -6,7 +6,7 @@ from math import comb
 
 import pytest
 
-from aer_trl.evaluation import k50, mean_pass_at_k, pass_at_k
+from aer_trl.app.evaluation import k50, mean_pass_at_k, pass_at_k
 
 
 def brute_force(n, c, k):
@@ -47,7 +47,7 @@ def test_aggregate_and_k50():
 
 
 def test_passk_summary_is_the_one_scoring_path():
-    from aer_trl.evaluation import passk_summary
+    from aer_trl.app.evaluation import passk_summary
 
     counts = [(4, 0), (4, 2), (4, 4)]
     s = passk_summary(counts, [1, 2, 8])

@@ -1,8 +1,8 @@
-"""aer_trl.prompts: what a question becomes in front of a chat model."""
+"""aer_trl.app.prompts: what a question becomes in front of a chat model."""
 
 import pytest
 
-from aer_trl.prompts import BOXED_INSTRUCTION, PromptFormat, draw_shots, format_prompt, solved_text
+from aer_trl.app.prompts import BOXED_INSTRUCTION, PromptFormat, draw_shots, format_prompt, solved_text
 
 SHOTS = (
     ("What is 7+5?", "7+5 = 12. The answer is \\boxed{12}."),

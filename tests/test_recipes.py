@@ -6,9 +6,9 @@ import pytest
 from trl import TrlParser
 
 from aer_trl import AERGRPOConfig, AERRLOOConfig
+from aer_trl.app.resources import recipe_path, recipes_dir
+from aer_trl.app.training import parse_recipe
 from aer_trl.methods import get_method
-from aer_trl.resources import recipe_path, recipes_dir
-from aer_trl.training import parse_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted(  # the package's copies; recipes/<setting> in the repository links to them
@@ -128,7 +128,7 @@ def test_accelerate_configs_load(config):
 
 @pytest.mark.parametrize("recipe", EVAL_RECIPES, ids=lambda p: p.name)
 def test_eval_recipes_load_in_strict_mode(recipe):
-    from aer_trl.evaluation import EvalArguments
+    from aer_trl.app.evaluation import EvalArguments
 
     (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=["--config", str(recipe)])
     assert args.num_samples >= max(args.k_list) and args.benchmarks
@@ -156,8 +156,8 @@ def test_the_repositorys_recipe_folders_are_the_packages():
 def test_the_appendix_evaluation_recipes_carry_its_protocol(recipe):
     """mean@32 / pass@32 on AIME24 and AIME25, mean@8 / pass@8 on MATH500 and AMC23, rows Base, GRPO, Clip-Higher,
     AER, laid out as the appendix table; the base model's with the template its runs trained with."""
-    from aer_trl.evaluation import EvalArguments
-    from aer_trl.evaluation.args import sample_groups
+    from aer_trl.app.evaluation import EvalArguments
+    from aer_trl.app.evaluation.args import sample_groups
 
     (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=["--config", str(recipe)])
     runs = {tuple(run.benchmarks): run.num_samples for run in sample_groups(args)}

@@ -5,14 +5,14 @@ import time
 
 import pytest
 
-from aer_trl.rewards import (
+from aer_trl.app.rewards import (
     completion_text,
     extract_answer,
     infer_answer_format,
     judge_completions,
     math_accuracy_reward,
 )
-from aer_trl.verifier import join_digit_groups
+from aer_trl.app.verifier import join_digit_groups
 
 CASES = [
     # (completion, gold, expected)

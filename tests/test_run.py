@@ -1,4 +1,4 @@
-"""aer_trl.run: the training command line (aer-train, python -m aer_trl.run, recipes/train.py)."""
+"""aer_trl.app.run: the training command line (aer-train, python -m aer_trl.app.run, recipes/train.py)."""
 
 
 def test_a_shipped_recipe_runs_by_name_from_any_folder(tmp_path, monkeypatch):
@@ -6,16 +6,16 @@ def test_a_shipped_recipe_runs_by_name_from_any_folder(tmp_path, monkeypatch):
     wheel): where no such file exists, the name is the shipped recipe's; a wrong name says so."""
     import pytest
 
-    import aer_trl.run
-    from aer_trl.resources import resolve_recipe
+    import aer_trl.app.run
+    from aer_trl.app.resources import resolve_recipe
 
     monkeypatch.chdir(tmp_path)
     captured = {}
     monkeypatch.setattr(
-        aer_trl.run, "train", lambda s, t, m, trainer_class: captured.update(script=s, training=t, model=m)
+        aer_trl.app.run, "train", lambda s, t, m, trainer_class: captured.update(script=s, training=t, model=m)
     )
-    aer_trl.run.main(["--config", "recipes/qwen3_4b_base/deepscaler/aer.yaml", "--output_dir", "out", "--use_cpu", "1",
-                      "--bf16", "0", "--use_vllm", "0"])  # fmt: skip
+    aer_trl.app.run.main(["--config", "recipes/qwen3_4b_base/deepscaler/aer.yaml", "--output_dir", "out",
+                          "--use_cpu", "1", "--bf16", "0", "--use_vllm", "0"])  # fmt: skip
     assert captured["model"].model_name_or_path == "Qwen/Qwen3-4B-Base" and captured["training"].max_steps == 480
     gsm8k = "smollm2_135m_instruct/gsm8k/aer"
     assert resolve_recipe(gsm8k) == resolve_recipe(f"recipes/{gsm8k}.yaml")
@@ -28,17 +28,17 @@ def test_the_command_line_logs_the_packages_info_lines(tmp_path, monkeypatch):
     """Entry points configure logging as transformers' example scripts do: the package's INFO lines are shown."""
     import logging
 
-    import aer_trl.run
+    import aer_trl.app.run
 
-    monkeypatch.setattr(aer_trl.run, "train", lambda s, t, m, trainer_class: None)
+    monkeypatch.setattr(aer_trl.app.run, "train", lambda s, t, m, trainer_class: None)
     package = logging.getLogger("aer_trl")
     before = package.level
     try:
         package.setLevel(logging.NOTSET)
         cpu = ["--use_cpu", "true", "--bf16", "false"]
-        aer_trl.run.main(["--output_dir", str(tmp_path), *cpu])
+        aer_trl.app.run.main(["--output_dir", str(tmp_path), *cpu])
         assert package.getEffectiveLevel() == logging.INFO
-        aer_trl.run.main(["--output_dir", str(tmp_path), *cpu, "--log_level", "error"])
+        aer_trl.app.run.main(["--output_dir", str(tmp_path), *cpu, "--log_level", "error"])
         assert package.getEffectiveLevel() == logging.ERROR
     finally:
         package.setLevel(before)  # later tests read the package's warnings from caplog

@@ -1,5 +1,6 @@
-"""aer_trl.training: one training run from a recipe: rewards by name, resuming (and refusing what cannot be resumed),
-the model a source needs, the machine's cores on CPU, and a run on a local model and data set with its card."""
+"""aer_trl.app.training: one training run from a recipe: rewards by name, resuming (and refusing what cannot be
+resumed), the model a source needs, the machine's cores on CPU, and a run on a local model and data set with its
+card."""
 
 import json
 import os
@@ -18,7 +19,7 @@ CPU = ["--bf16", "false", "--use_cpu", "true"]  # the paper recipes ask for bf16
 
 
 def test_unknown_reward_is_a_clear_error():
-    from aer_trl.training import resolve_reward_funcs
+    from aer_trl.app.training import resolve_reward_funcs
 
     with pytest.raises(ValueError, match="unknown reward 'nope'"):
         resolve_reward_funcs(["nope"])
@@ -46,7 +47,7 @@ def lab_argv(tmp_path, *extra):
 def test_a_fresh_run_into_a_folder_with_an_earlier_runs_checkpoints_is_refused(tmp_path):
     """Its checkpoints would mix with the earlier run's, and `resume_from_checkpoint: latest` would then continue the
     earlier run from its highest step; resuming it is what the message offers, and works."""
-    from aer_bench import run as train  # aer_trl.run with the lab's classes
+    from aer_bench import run as train  # aer_trl.app.run with the lab's classes
 
     train.main(lab_argv(tmp_path, "--max_steps", "2"))
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*") if p.name != "_aer_trl.lock"}
@@ -63,7 +64,7 @@ def test_a_lora_checkpoint_resumes_only_as_the_adapter_it_was_trained_as(tmp_pat
     """Resumed with another lora_alpha, the adapter's weights loaded under another scaling and trained on, silently;
     with use_peft toggled, transformers failed deep inside. Each is refused up front by name; the same settings
     resume."""
-    from aer_bench import run as train  # aer_trl.run with the lab's classes
+    from aer_bench import run as train  # aer_trl.app.run with the lab's classes
 
     lora = ["--use_peft", "true", "--lora_target_modules", "all-linear"]
     train.main(lab_argv(tmp_path, "--max_steps", "1", *lora))
@@ -86,8 +87,8 @@ def test_a_lora_checkpoint_resumes_only_as_the_adapter_it_was_trained_as(tmp_pat
 def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anything(tmp_path):
     """Two runs in one folder overwrite each other's checkpoints and interleave metrics.jsonl: while a run holds
     `output_dir`, another is refused by name; a killed run leaves no stale lock."""
-    from aer_bench import run as train  # aer_trl.run with the lab's classes
-    from aer_trl.training import RUN_LOCK, lock_output_dir
+    from aer_bench import run as train  # aer_trl.app.run with the lab's classes
+    from aer_trl.app.checkpoints import RUN_LOCK, lock_output_dir
 
     run = tmp_path / "run"
     run.mkdir()
@@ -104,7 +105,7 @@ def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anyth
 def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
     import subprocess
 
-    from aer_bench import run as train  # aer_trl.run with the lab's classes
+    from aer_bench import run as train  # aer_trl.app.run with the lab's classes
 
     train.main(lab_argv(tmp_path, "--max_steps", "2"))
     run = tmp_path / "run"
@@ -133,7 +134,7 @@ def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
 
 
 def test_resume_values_are_checked(tmp_path):
-    from aer_trl.training import resolve_resume
+    from aer_trl.app.checkpoints import resolve_resume
 
     assert resolve_resume("false", str(tmp_path)) is None and resolve_resume(None, str(tmp_path)) is None
     with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
@@ -162,7 +163,7 @@ def test_the_sweep_resumes_each_value_so_a_stopped_sweep_continues():
 def test_resume_skips_a_checkpoint_whose_state_file_is_empty_or_torn(tmp_path, torn, caplog):
     """A kill (or a full disk) while trainer_state.json, the last file of a save, is being written leaves it empty or
     cut off; `latest` takes the newest checkpoint that reads whole, and a folder named outright is refused."""
-    from aer_trl.training import resolve_resume
+    from aer_trl.app.checkpoints import resolve_resume
 
     for step in (2, 3):
         (tmp_path / f"checkpoint-{step}").mkdir()
@@ -179,8 +180,8 @@ def test_resume_skips_a_checkpoint_whose_state_file_is_empty_or_torn(tmp_path, t
 def test_a_half_specified_real_run_is_refused():
     from trl import ModelConfig
 
-    from aer_trl.data import get_source
-    from aer_trl.training import check_model_given
+    from aer_trl.app.data import get_source
+    from aer_trl.app.training import check_model_given
 
     with pytest.raises(ValueError, match="dataset_name: say what to train on"):
         get_source(None)
@@ -195,7 +196,7 @@ def test_a_half_specified_real_run_is_refused():
 def test_cpu_runs_use_the_machines_cores(tmp_path, monkeypatch):
     import torch
 
-    from aer_trl.training import use_cpu_cores
+    from aer_trl.app.training import use_cpu_cores
 
     config = AERGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
     before = torch.get_num_threads()
@@ -215,7 +216,7 @@ def test_train_script_trains_on_local_model_and_data_and_writes_card(tmp_path, t
     helpers.save_model(tokenizer, model_dir)
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"problem": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(16)))
-    from aer_bench import run as train  # aer_trl.run with the lab's classes
+    from aer_bench import run as train  # aer_trl.app.run with the lab's classes
 
     out = tmp_path / "out"
     train.main(
@@ -301,8 +302,8 @@ def test_the_validation_engine_follows_the_run_and_long_generate_under_zero3_is_
     import functools
     from types import SimpleNamespace
 
-    from aer_trl.evaluation.engine_samplers import engine_sampler
-    from aer_trl.training import validation_sampler
+    from aer_trl.app.evaluation.engine_samplers import engine_sampler
+    from aer_trl.app.training import validation_sampler
 
     def trainer(stage=None):
         plugin = None if stage is None else SimpleNamespace(zero_stage=stage)
@@ -332,8 +333,8 @@ def test_the_engine_sampler_syncs_the_weights_once_per_step_and_serves_from_the_
     process samples one seeded request per prompt through the client and decodes it."""
     from types import SimpleNamespace
 
-    from aer_trl.evaluation import EvalArguments
-    from aer_trl.evaluation.engine_samplers import ServerSampler, engine_sampler
+    from aer_trl.app.evaluation import EvalArguments
+    from aer_trl.app.evaluation.engine_samplers import ServerSampler, engine_sampler
 
     syncs, requests = [], []
 

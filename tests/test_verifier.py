@@ -1,4 +1,4 @@
-"""aer_trl.verifier: answers checked in worker processes with a hard wall-clock limit; results come back in order,
+"""aer_trl.app.verifier: answers checked in worker processes with a hard wall-clock limit; results come back in order,
 a stuck check is killed and counted, a dead worker is replaced without losing an answer; gold answers parse in the
 formats data sets use."""
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from aer_trl.verifier import VerifierPool, parse_gold
+from aer_trl.app.verifier import VerifierPool, parse_gold
 
 
 @pytest.fixture

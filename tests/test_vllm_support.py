@@ -155,8 +155,8 @@ def test_the_harness_engine_samples_in_the_dtype_its_store_records(tmp_path, mon
     import sys
     import types
 
-    from aer_trl.evaluation.backends import VLLMGenerator, sampling_dtype
-    from aer_trl.evaluation.plan import run_fingerprint
+    from aer_trl.app.evaluation.backends import VLLMGenerator, sampling_dtype
+    from aer_trl.app.evaluation.plan import run_fingerprint
     from tests import helpers
 
     helpers.make_model(tokenizer).save_pretrained(tmp_path / "model")

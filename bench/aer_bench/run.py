@@ -1,4 +1,4 @@
-"""The bench's training command line: `aer_trl.run` with the bench's classes (`aer_bench.training`), so the lab and
+"""The bench's training command line: `aer_trl.app.run` with the bench's classes (`aer_bench.training`), so the lab and
 arithmetic recipes (`bench/aer_bench/recipes/`, linked from `recipes/`) parse and train.
 
     python -m aer_bench.run                                           # the laptop lab (CPU, a few minutes)
@@ -19,7 +19,7 @@ def main(argv=None):
     # No recipe and nothing said about what to train: the laptop lab's recipe. A run that names its own model or
     # data gets no recipe it did not ask for.
     if not any(a.split("=", 1)[0] in ("--config", "--model_name_or_path", "--dataset_name") for a in argv):
-        from aer_trl.resources import recipe_path
+        from aer_trl.app.resources import recipe_path
 
         default = recipe_path("lab", "aer", package="aer_bench")
         print(f"no --config, model or data given: running the laptop lab recipe {default}")

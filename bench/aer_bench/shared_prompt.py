@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from aer_trl.app.kvcache import positions, prefill
 from aer_trl.compat import cache_kwarg
-from aer_trl.kvcache import positions, prefill
 
 
 class SharedPromptMixin:

@@ -1,5 +1,5 @@
 """The bench trains through the library as an extension would: its own argument classes and trainer, handed to
-`aer_trl.training`. `BenchScriptArguments` adds the lab sources' options, `BenchConfig` the CPU speed-ups'
+`aer_trl.app.training`. `BenchScriptArguments` adds the lab sources' options, `BenchConfig` the CPU speed-ups'
 switches, `BenchGRPOTrainer` their mixin; importing this module registers the `lab` and `arithmetic` sources (and
 the `lab_accuracy` reward). `train_recipe` / `parse_recipe` are the library's with these classes.
 """
@@ -10,10 +10,10 @@ import functools
 from dataclasses import dataclass, field
 
 from aer_trl import training
+from aer_trl.app.evaluation.args import EvalArguments
+from aer_trl.app.training import AERScriptArguments
 from aer_trl.config import AERGRPOConfig
-from aer_trl.evaluation.args import EvalArguments
 from aer_trl.trainer import AERGRPOTrainer
-from aer_trl.training import AERScriptArguments
 
 from .anchor_probe import AnchorProbeMixin, check_anchor_probe
 from .controller_steps import SteppedControllerMixin, check_steps

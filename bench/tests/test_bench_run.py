@@ -1,10 +1,10 @@
-"""aer_bench.run and aer_bench.training: the bench's training command line (`aer_trl.run` with the lab's classes),
+"""aer_bench.run and aer_bench.training: the bench's training command line (`aer_trl.app.run` with the lab's classes),
 and every recipe the bench ships loads strictly with them."""
 
 import pytest
 
 from aer_bench.training import BenchConfig, parse_recipe
-from aer_trl.resources import recipes_dir
+from aer_trl.app.resources import recipes_dir
 
 BENCH_RECIPES = sorted(recipes_dir(package="aer_bench").rglob("*.yaml"))
 
@@ -16,7 +16,7 @@ def test_every_bench_recipe_loads_in_strict_mode(recipe):
 
 
 def test_the_bench_command_line_defaults_to_the_lab(tmp_path, monkeypatch):
-    import aer_trl.run
+    import aer_trl.app.run
     from aer_bench import run
     from aer_bench.training import BenchGRPOTrainer
 
@@ -25,7 +25,7 @@ def test_the_bench_command_line_defaults_to_the_lab(tmp_path, monkeypatch):
     def fake_train(script, training, model, trainer_class):
         captured.update(script=script, training=training, model=model, trainer_class=trainer_class)
 
-    monkeypatch.setattr(aer_trl.run, "train", fake_train)
+    monkeypatch.setattr(aer_trl.app.run, "train", fake_train)
     run.main(["--output_dir", str(tmp_path)])
     assert captured["script"].dataset_name == "lab" and captured["model"].model_name_or_path is None
     assert captured["training"].use_cpu and captured["training"].method == "aer"
@@ -39,8 +39,8 @@ def test_every_field_the_bench_adds_has_help():
 
     from aer_bench.training import BenchEvalArguments, BenchScriptArguments
     from aer_trl import AERGRPOConfig
-    from aer_trl.evaluation.args import EvalArguments
-    from aer_trl.training import AERScriptArguments
+    from aer_trl.app.evaluation.args import EvalArguments
+    from aer_trl.app.training import AERScriptArguments
 
     for cls, base in (
         (BenchConfig, AERGRPOConfig),

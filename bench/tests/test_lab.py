@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from aer_bench.lab.tasks import TIERS, format_completion, make_arithmetic_dataset, make_sft_dataset
 from aer_bench.lab.warmstart import WarmStartConfig, build_warm_start
-from aer_trl.rewards import math_accuracy_reward
+from aer_trl.app.rewards import math_accuracy_reward
 
 
 def test_generator_is_deterministic_by_seed():

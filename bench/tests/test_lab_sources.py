@@ -6,7 +6,7 @@ from aer_bench.lab.sources import first_per_tier
 from aer_bench.lab.tasks import arithmetic_splits
 from aer_bench.training import BenchEvalArguments
 from aer_bench.training import BenchScriptArguments as AERScriptArguments
-from aer_trl.data import get_source, resolve_format
+from aer_trl.app.data import get_source, resolve_format
 
 
 def test_arithmetic_splits_are_disjoint_on_every_tier_and_fixed():

@@ -24,7 +24,7 @@ def recording_reward(completions, prompts=None, answer=None, **kwargs):
 
 
 def train(argv):
-    from aer_bench import run as train_script  # aer_trl.run with the arithmetic source's classes
+    from aer_bench import run as train_script  # aer_trl.app.run with the arithmetic source's classes
 
     return train_script.main(argv)
 
@@ -83,8 +83,8 @@ def test_one_aer_step_on_the_real_model_moves_alpha_as_the_controller_says(arith
 def test_a_few_shot_conversation_keeps_its_turns_through_loading_training_and_evaluation(smollm2, tmp_path):
     from transformers import AutoTokenizer
 
-    from aer_trl.evaluation import EvalArguments
-    from aer_trl.evaluation.plan import load_problems
+    from aer_trl.app.evaluation import EvalArguments
+    from aer_trl.app.evaluation.plan import load_problems
 
     conversation = [
         {"role": "system", "content": "You are a calculator."},

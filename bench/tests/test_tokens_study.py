@@ -10,7 +10,7 @@ import torch
 
 from aer_bench.analysis import REPORTED, entropy_and_gradient, token_classes
 from aer_bench.studies.tokens import breakdown
-from aer_trl.evaluation import EvalArguments, evaluate
+from aer_trl.app.evaluation import EvalArguments, evaluate
 from tests import helpers
 
 
@@ -43,8 +43,8 @@ def test_breakdown_sums_each_stored_completions_token_entropies_by_class(evaluat
 
     from transformers import AutoModelForCausalLM
 
-    from aer_trl.evaluation.plan import make_plans
-    from aer_trl.evaluation.store import load_store
+    from aer_trl.app.evaluation.plan import make_plans
+    from aer_trl.app.evaluation.store import load_store
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     records = {r["problem"]: r for r in load_store(model_dir.parent / "eval", repair=False).values()}

@@ -108,7 +108,7 @@ def main():
     cli = parser.parse_args()
     passk = None
     if cli.eval_bench:
-        from aer_trl.evaluation import PassAtKCallback
+        from aer_trl.app.evaluation import PassAtKCallback
 
         passk = PassAtKCallback(cli.eval_bench, eval_steps=1, num_samples=2, k_list=[1, 2], max_new_tokens=2)
 

@@ -16,7 +16,7 @@ from safetensors.torch import load_file  # noqa: E402
 from transformers.integrations import HfDeepSpeedConfig  # noqa: E402
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled  # noqa: E402
 
-from aer_trl.gguf import convert_gguf  # noqa: E402
+from aer_trl.app.gguf import convert_gguf  # noqa: E402
 
 deepspeed.init_distributed(dist_backend="gloo")
 config = json.loads((Path(__file__).parents[1] / "data" / "zero3_cpu.json").read_text())

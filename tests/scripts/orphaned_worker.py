@@ -8,7 +8,7 @@ import time
 
 def worker(watch: bool, ready) -> None:
     if watch:
-        from aer_trl.evaluation.plan import exit_with_parent
+        from aer_trl.app.evaluation.plan import exit_with_parent
 
         exit_with_parent(grace_s=5.0)
     ready.set()

@@ -26,8 +26,8 @@ sys.meta_path = [WithoutExtras if f is importlib.machinery.PathFinder else f for
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from aer_trl import AERGRPOTrainer, EvalArguments, evaluate  # noqa: E402
-from aer_trl.evaluation.reports import plot_pass_at_k  # noqa: E402
-from aer_trl.gguf import convert_gguf  # noqa: E402
+from aer_trl.app.evaluation.reports import plot_pass_at_k  # noqa: E402
+from aer_trl.app.gguf import convert_gguf  # noqa: E402
 from tests import helpers  # noqa: E402
 
 records = []

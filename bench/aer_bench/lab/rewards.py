@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from aer_trl.rewards import math_accuracy_reward
+from aer_trl.app.rewards import math_accuracy_reward
 
 
 def lab_accuracy_reward(completions, answer=None, difficulty=None, log_metric=None, **kwargs):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aer_trl.data import DataSource, option, register_source
-from aer_trl.prompts import PromptFormat
-from aer_trl.rewards import register_reward
+from aer_trl.app.data import DataSource, option, register_source
+from aer_trl.app.prompts import PromptFormat
+from aer_trl.app.rewards import register_reward
 
 from .rewards import lab_accuracy_reward
 
@@ -123,7 +123,7 @@ def first_per_tier(table, sizes: list[int] | None):
 
 
 def _arithmetic_load(split, args, fmt):
-    from aer_trl.data import to_math_prompts
+    from aer_trl.app.data import to_math_prompts
 
     if split not in ("train", "test"):
         raise ValueError(f"the arithmetic source has the splits 'train' and 'test' (held out), not {split!r}")
@@ -134,7 +134,7 @@ def _arithmetic_load(split, args, fmt):
 
 
 def _default_chat_model(args, training_args):
-    from aer_trl.gguf import convert_gguf
+    from aer_trl.app.gguf import convert_gguf
 
     with training_args.main_process_first(desc="GGUF conversion"):
         return str(convert_gguf())

@@ -22,7 +22,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from aer_trl.files import atomic_write
+from aer_trl.atomic import atomic_write
 from aer_trl.metrics import read_metrics
 
 from .real_study import load_study, read_record, replace_block

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from aer_bench.lab.tasks import make_arithmetic_dataset
 from aer_bench.training import train_recipe
+from aer_trl.app.resources import recipes_dir
 from aer_trl.metrics import read_metrics
-from aer_trl.resources import recipes_dir
 
 from .report import evaluate_pass_at_k, passk_markdown, plot_entropy, plot_runs, summary_markdown
 

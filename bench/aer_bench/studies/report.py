@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from aer_trl.evaluation import passk_summary, sample_completions
+from aer_trl.app.evaluation import passk_summary, sample_completions
+from aer_trl.app.rewards import math_accuracy_reward
 from aer_trl.methods import method_title
-from aer_trl.rewards import math_accuracy_reward
 
 KS = (1, 2, 4, 8, 16)
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from aer_trl.evaluation.sampling import adds_special_tokens
-from aer_trl.files import atomic_write
+from aer_trl.app.evaluation.sampling import adds_special_tokens
+from aer_trl.atomic import atomic_write
 
 from ..analysis import REPORTED, entropy_and_gradient, token_classes, tokens_table
 from .real_study import cell_dir, eval_arguments, load_study
@@ -34,8 +34,8 @@ def breakdown(model_path: str, eval_args, samples: int = 4) -> dict:
     completions of every problem the evaluation sampled for `model_path`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from aer_trl.evaluation.plan import make_plans
-    from aer_trl.evaluation.store import load_store
+    from aer_trl.app.evaluation.plan import make_plans
+    from aer_trl.app.evaluation.store import load_store
 
     plan = make_plans(eval_args, "transformers")[0]
     store = load_store(Path(eval_args.output_dir), repair=False)
@@ -77,7 +77,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--arms", nargs="+", default=None, help="only these arms (default: every arm of the study)")
     args = parser.parse_args(argv)
     study = load_study(args.study)
-    from aer_trl.gguf import convert_gguf
+    from aer_trl.app.gguf import convert_gguf
 
     models = {"untrained": (study.arms[0], str(convert_gguf()), args.output_dir[0])}
     for arm in study.arms:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from aer_trl.files import atomic_write
-from aer_trl.prompts import prompt_settings
-from aer_trl.training import is_complete_checkpoint
+from aer_trl.app.checkpoints import is_complete_checkpoint
+from aer_trl.app.prompts import prompt_settings
+from aer_trl.atomic import atomic_write
 
 from .spec import Arm, Study, cell_dir, settings_hash
 
@@ -89,7 +89,7 @@ def train_cell(study: Study, arm: Arm, seed: int, output_dir: str | Path, claim=
     command = [
         sys.executable,
         "-m",
-        "aer_bench.run",  # the bench's training command line (`aer_trl.run` with its classes)
+        "aer_bench.run",  # the bench's training command line (`aer_trl.app.run` with its classes)
         "--config",
         str(folder / "recipe.yaml"),
         "--output_dir",
@@ -163,7 +163,7 @@ def held_out(study: Study, arm: Arm, model: str, output_dir: str | Path) -> dict
     the trained budget; with the study's `eval_long_tokens`, the same sampled again at that budget under `longer`
     (the same sampling seeds: a completion's first tokens are those of the shorter budget's, so an answer found only
     at the longer budget was cut off by the shorter one)."""
-    from aer_trl.evaluation import evaluate
+    from aer_trl.app.evaluation import evaluate
 
     metrics = evaluate(eval_arguments(study, arm, [model], output_dir))
     passk = next(iter(metrics.values()))["arithmetic"]

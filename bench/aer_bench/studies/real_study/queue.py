@@ -8,7 +8,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from aer_trl.files import atomic_write, try_lock
+from aer_trl.app.files import try_lock
+from aer_trl.atomic import atomic_write
 
 from .cells import held_out, train_cell
 from .records import evaluation_mismatch, export_record, read_record, share_record
@@ -95,7 +96,7 @@ def _run_cell(
     base = study.records / "base_passk.json"
     if evaluate_models and (not base.is_file() or evaluation_mismatch(study, json.loads(base.read_text()))):
         if study.records not in base_done:
-            from aer_trl.gguf import convert_gguf
+            from aer_trl.app.gguf import convert_gguf
 
             base_done[study.records] = held_out(study, study.arms[0], str(convert_gguf()), output_dir)
             print(f"untrained: held-out pass@1 {100 * base_done[study.records]['pass@1']:.1f}%", flush=True)

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from aer_trl.files import atomic_write
+from aer_trl.atomic import atomic_write
 from aer_trl.metrics import read_metrics
 
 from .spec import RECORD_FILES, Arm, Study, record_dir, settings_hash, sizes_text

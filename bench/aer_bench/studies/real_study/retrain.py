@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from aer_trl.files import atomic_write
+from aer_trl.atomic import atomic_write
 from aer_trl.metrics import read_metrics
 
 from .cells import environment

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from aer_trl.resources import recipes_dir
+from aer_trl.app.resources import recipes_dir
 
 RECIPES = recipes_dir("smollm2_135m_instruct/arithmetic", "aer_bench")  # shipped inside the package
 

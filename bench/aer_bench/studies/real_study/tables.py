@@ -8,7 +8,7 @@ import math
 import statistics
 from pathlib import Path
 
-from aer_trl.files import atomic_write
+from aer_trl.atomic import atomic_write
 
 from ...analysis import tokens_table
 from ...stats import interval, sign_test

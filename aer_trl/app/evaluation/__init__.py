@@ -1,6 +1,7 @@
 """Evaluation: the pass@k estimator and the one scoring path (`passk`), sampling (`sampling`), the resumable harness
 behind `recipes/evaluate.py` (`harness`, which names the file for each of its jobs) and checkpoint selection during
-training (`callback`). Loaded lazily, as the top level: `aer_trl.evaluation.passk` imports no TRL or transformers."""
+training (`validation`). Loaded lazily, as the top level: `aer_trl.app.evaluation.passk` imports no TRL or
+transformers."""
 
 from typing import TYPE_CHECKING
 

@@ -2,7 +2,7 @@
 
 math-verify's own timeouts use SIGALRM, which works only on a process's main thread and cannot interrupt long C-level
 work (a huge integer power, say). Model output can be built to hit either case, and TRL calls reward functions from
-other threads. So every check runs in a small pool of worker processes (`python -m aer_trl.verifier`, JSON lines over
+other threads. So every check runs in a small pool of worker processes (this file run by itself, JSON lines over
 pipes; no `multiprocessing`, so nothing re-imports the user's script, and the worker runs this file alone, without
 importing torch or TRL): each answer gets `timeout` seconds of its worker's CPU time, after which that worker is
 killed and replaced and the answer scores 0 with status `timeout`. CPU time, not the wall-clock: a worker that could
@@ -172,7 +172,7 @@ class VerifierPool:
                     self._take(selector.select(timeout=0), results, selector)
                 for worker in [w for w in self._workers if w.late(now)]:
                     if not worker.ready:
-                        raise RuntimeError("the answer-verifier worker (python -m aer_trl.verifier) did not start")
+                        raise RuntimeError("the answer-verifier worker (python -m aer_trl.app.verifier) did not start")
                     results[worker.task] = (0.0, "timeout")
                     self._replace(worker, selector)
         finally:

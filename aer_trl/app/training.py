@@ -1,8 +1,8 @@
 """One training run, from the three argument groups a recipe parses into; shared by the command line
-(`aer_trl/run.py`, `recipes/train.py`), the notebooks and the research bench (which passes its own classes).
+(`aer_trl/app/run.py`, `recipes/train.py`), the notebooks and the research bench (which passes its own classes).
 
-`train(script_args, training_args, model_args)` reads as: resolve the data source (`aer_trl.data`: its data, prompt
-format, reward and default model), build the AER trainer the recipe names (`trainer:`, `aer_trl.trainers`), train
+`train(script_args, training_args, model_args)` reads as: resolve the data source (`aer_trl.app.data`: its data, prompt
+format, reward and default model), build the AER trainer the recipe names (`trainer:`, `aer_trl.app.trainers`), train
 (resuming when asked), save, write the model card, push when `push_to_hub` is set. `train_recipe(recipe, overrides)`
 parses a YAML recipe first, as the command line does.
 """
@@ -10,21 +10,20 @@ parses a YAML recipe first, as the command line does.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .callbacks import AERCallback
-from .config import AERArguments, shaping_settings
-from .data import PromptArguments, get_source, resolve_format
+from ..callbacks import AERCallback
+from ..config import AERArguments, shaping_settings
+from .checkpoints import check_fresh_start, check_resume_adapter, lock_output_dir, resolve_resume
+from .data import PromptArguments, get_source, hub_dataset_id, resolve_format
 from .evaluation import PassAtKCallback
 from .evaluation.engine_samplers import engine_sampler
 from .evaluation.harness import check_model
-from .files import env_count, lock_folder
+from .files import env_count
 from .gguf import resolve_model
-from .resume import check_resume_adapter
 from .rewards import resolve_reward_funcs, rewards
 from .trainers import TRAINERS, check_recipe_for, config_class_for, recipe_trainer, trainer_class_for
 
@@ -42,14 +41,14 @@ class AERScriptArguments(PromptArguments):
         default="grpo",
         metadata={
             "help": "Which AER trainer trains: 'grpo' (AERGRPOTrainer, TRL's GRPO loss) or 'rloo' (AERRLOOTrainer, "
-            "TRL's RLOO loss). It picks the config the other keys are read into (aer_trl.trainers).",
+            "TRL's RLOO loss). It picks the config the other keys are read into (aer_trl.app.trainers).",
             "choices": sorted(TRAINERS),
         },
     )
     dataset_name: str | None = field(
         default=None,
         metadata={
-            "help": "Training data: a registered source (`aer_trl.data.register_source`), the name of a known "
+            "help": "Training data: a registered source (`aer_trl.app.data.register_source`), the name of a known "
             "math data set, a Hub id, or a local .jsonl/.json/.parquet file. Sources with a default model fill in "
             "model_name_or_path when it is unset."
         },
@@ -129,81 +128,6 @@ def use_cpu_cores(training_args: AERArguments) -> int | None:
     return threads
 
 
-def _step(path: Path) -> int:
-    try:
-        return int(path.name.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return -1
-
-
-def is_complete_checkpoint(folder: Path) -> bool:
-    """A save writes trainer_state.json last; a save killed while writing it (or a full disk) leaves it torn."""
-    try:
-        return isinstance(json.loads((folder / "trainer_state.json").read_text()), dict)
-    except (OSError, ValueError):
-        return False
-
-
-def resolve_resume(value, output_dir: str) -> str | None:
-    """`resume_from_checkpoint` as Trainer.train wants it: `true`/`latest` → the newest *complete* checkpoint of
-    `output_dir` (one whose trainer_state.json, written last by a save, reads whole; incomplete ones are skipped with a
-    warning), an error when there is none; `auto` → the same, or None (a fresh start) when there is none: one command
-    for a job that may be a first start or a restart (a requeued job, a sweep run again); a folder → that folder,
-    `false`/unset → None; anything else is an error naming the value."""
-    if value is None or value is False:
-        return None
-    text = str(value).strip()
-    if text.lower() in ("", "false", "no", "none"):
-        return None
-    if value is True or text.lower() in ("true", "latest", "yes", "auto"):
-        folders = sorted((p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir()), key=_step)
-        complete = [p for p in folders if is_complete_checkpoint(p)]
-        for p in folders:
-            if p not in complete and (not complete or _step(p) > _step(complete[-1])):
-                logger.warning(
-                    "resume_from_checkpoint: skipping %s, an incomplete checkpoint (trainer_state.json missing or "
-                    "torn: the save was interrupted, or the disk filled up)",
-                    p,
-                )
-        if not complete:
-            if text.lower() == "auto":
-                return None
-            raise FileNotFoundError(
-                f"resume_from_checkpoint={value!r}: no complete checkpoint in {output_dir} (`auto` starts afresh then)"
-            )
-        return str(complete[-1])
-    path = Path(text)
-    if path.is_dir():
-        if not is_complete_checkpoint(path):
-            raise FileNotFoundError(
-                f"resume_from_checkpoint: {path} is not a complete checkpoint (its trainer_state.json is missing or "
-                "does not read as JSON: the save was interrupted)"
-            )
-        return str(path)
-    raise ValueError(
-        f"resume_from_checkpoint: {value!r} is neither true/latest/auto/false nor an existing checkpoint folder"
-    )
-
-
-RUN_LOCK = "_aer_trl.lock"  # in output_dir; "_*" files are never pushed to the Hub (transformers' ignore patterns)
-
-
-def lock_output_dir(training_args) -> int | None:
-    """One run at a time in an `output_dir`: the main process holds a lock on `<output_dir>/_aer_trl.lock` while it
-    trains, and a second run into the same folder (launched twice, a job requeued while the first still runs) is
-    refused before it writes anything: two runs there overwrite each other's checkpoints and interleave their
-    metrics.jsonl, silently. A killed run leaves no stale lock (the kernel releases it). On a file system without
-    locks the run goes on, with a warning."""
-    if training_args.process_index != 0:
-        return None
-    return lock_folder(
-        training_args.output_dir,
-        RUN_LOCK,
-        "run is training into it",
-        "Wait for it or stop it (then resume with resume_from_checkpoint: latest), or choose another output_dir.",
-    )
-
-
 def train(script_args: AERScriptArguments, training_args: AERArguments, model_args=None, trainer_class=None):
     """Train, save, write the card and push, holding `output_dir`'s lock throughout (`lock_output_dir`).
     `trainer_class`: an AER trainer (None: the one `training_args` configures, `AERGRPOTrainer` for an
@@ -219,23 +143,6 @@ def train(script_args: AERScriptArguments, training_args: AERArguments, model_ar
     finally:
         if lock is not None:
             os.close(lock)
-
-
-def check_fresh_start(output_dir: str) -> None:
-    """A run that starts from step 0 in a folder that holds an earlier run's complete checkpoints is refused: its own
-    checkpoints would overwrite some of them and sit beside the rest, and a later `resume_from_checkpoint: latest`
-    (the highest step) would continue the earlier run. Measured on the lab recipe: a 4-step run, then a fresh 2-step
-    run into its folder, then that run resumed to 3 steps: it resumed from the first run's checkpoint-4 and trained
-    nothing, silently where the two runs' settings agree. transformers 5 has no `overwrite_output_dir`; this is the
-    refusal its example scripts made."""
-    found = sorted((p for p in Path(output_dir).glob("checkpoint-*") if is_complete_checkpoint(p)), key=_step)
-    if found:
-        names = ", ".join(p.name for p in found[:3]) + (f" ... ({len(found)} in all)" if len(found) > 3 else "")
-        raise FileExistsError(
-            f"output_dir {output_dir} holds an earlier run's checkpoints ({names}) and this run starts from step 0: "
-            "resume it (resume_from_checkpoint: latest, or auto in a job that may be a first start), or choose "
-            "another output_dir, or delete them"
-        )
 
 
 def _train(script_args, training_args, model_args=None, resume: str | None = None, trainer_class=None):
@@ -292,7 +199,7 @@ def _train(script_args, training_args, model_args=None, resume: str | None = Non
         train_dataset=dataset,
         peft_config=get_peft_config(model_args),
         callbacks=callbacks,
-        dataset_name=script_args.dataset_name,
+        dataset_name=hub_dataset_id(script_args.dataset_name) or script_args.dataset_name,
         data_description=data_description,
     )
     if callbacks:
@@ -346,7 +253,7 @@ def parse_recipe(args: list[str], script_class=AERScriptArguments, config_class=
     """(script_args, training_args, model_args) from command-line style arguments (`--config recipe.yaml` and flags
     that override it), as `recipes/train.py` parses them. A key no class knows is refused by name (TRL's parser).
     `script_class` / `config_class`: subclasses with more keys (a data source's options, an extension's settings);
-    config_class None: the config of the recipe's `trainer:` (`aer_trl.trainers`)."""
+    config_class None: the config of the recipe's `trainer:` (`aer_trl.app.trainers`)."""
     from trl import ModelConfig, TrlParser
 
     kind = recipe_trainer(args)

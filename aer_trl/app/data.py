@@ -2,13 +2,13 @@
 
 Data sources: what a run trains and evaluates on, asked for by name (`dataset_name`, `benchmarks`). A source knows
 how to load its splits, its prompt format's defaults and few-shot pool, its reward, its default model (if any) and the
-line the model card says about it. A training run (`aer_trl.training`) and the evaluation harness ask
+line the model card says about it. A training run (`aer_trl.app.training`) and the evaluation harness ask
 `get_source(name)` and never branch on what the data is. Add one with `register_source(DataSource(...))` (the
 research bench adds `lab` and `arithmetic` so: `aer_bench.lab.sources`); any other name is a question/answer table:
 
 - a known math name (`deepscaler`, `gsm8k`, `aime25`, ... see `MATH_TABLES`), a Hub id, or a local
   .jsonl/.json/.parquet file. Every loader returns a `datasets.Dataset` with a conversational `prompt` built by
-  `aer_trl.prompts.format_prompt` (by default: the question and an instruction to put the final answer in
+  `aer_trl.app.prompts.format_prompt` (by default: the question and an instruction to put the final answer in
   `\\boxed{}`; a conversational question keeps every turn) and an `answer` column (the gold answer text). Rows whose
   gold answer is missing or cannot be parsed by math-verify are dropped and counted in a warning, never kept silently.
 """
@@ -24,7 +24,8 @@ from datasets import Dataset, load_dataset
 from datasets.exceptions import DatasetGenerationError
 from pyarrow import ArrowInvalid
 
-from .plugins import Registry
+from ..card import hub_dataset_id as card_hub_id
+from ..plugins import Registry
 from .prompts import BOXED_INSTRUCTION, PromptArguments, PromptFormat, draw_shots, format_prompt, solved_text
 from .rewards import parse_gold
 
@@ -53,7 +54,7 @@ class MathTable:
     config: str | None = None
     split: str = "train"
     filter_year: int | None = None  # AI-MO/aimo-validation-amc holds several years: keep one
-    packaged: str | None = None  # a file shipped in aer_trl/data_files/ (read instead of the Hub)
+    packaged: str | None = None  # a file shipped in aer_trl/app/data_files/ (read instead of the Hub)
 
 
 MATH_TABLES: dict[str, MathTable] = {
@@ -146,14 +147,11 @@ def to_math_prompts(dataset: Dataset, source: str = "dataset", prompt_format: Pr
 
 
 def hub_dataset_id(name: str | None) -> str | None:
-    """The Hub id of a training data set name, for links; None for the lab, local files and unknown names."""
-    if not name:
-        return None
-    if name.lower() in MATH_TABLES:
+    """The Hub id of a training data set name, for links: a known name's (`MATH_TABLES`), else the card's rule (an
+    `owner/name` that is no local file); None for the lab, local files and unknown names."""
+    if name and name.lower() in MATH_TABLES:
         return MATH_TABLES[name.lower()].hub_id
-    if Path(name).suffix in LOCAL_FORMATS or Path(name).exists() or name.count("/") != 1:
-        return None
-    return name
+    return card_hub_id(name)
 
 
 def load_raw_table(

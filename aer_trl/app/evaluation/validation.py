@@ -11,10 +11,10 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from ..core_algos import rollout_steps
-from ..files import atomic_write
+from ...atomic import atomic_write
+from ...core_algos import rollout_steps
+from ...resume import describe_changes
 from ..prompts import prompt_settings
-from ..resume import describe_changes
 from .args import EvalArguments
 from .backends import TransformersGenerator
 from .passk import passk_summary

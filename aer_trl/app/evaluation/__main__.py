@@ -1,4 +1,4 @@
-"""`python -m aer_trl.evaluation --models ... --benchmarks ...`: the evaluation harness from the command line (any
+"""`python -m aer_trl.app.evaluation --models ... --benchmarks ...`: the evaluation harness from the command line (any
 `EvalArguments` key as a flag, or a YAML file with `--config`)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 def main(argv=None) -> dict:
     from trl import TrlParser
 
-    from ..logs import configure_logging
-    from .args import EvalArguments
-    from .harness import evaluate
+    from aer_trl.app.evaluation.args import EvalArguments  # absolute: `python -m aer_trl.evaluation` runs this too
+    from aer_trl.app.evaluation.harness import evaluate
+    from aer_trl.app.logs import configure_logging
 
     (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=argv)
     configure_logging()

@@ -1,4 +1,4 @@
-"""`EvalArguments`: what `recipes/evaluate.py` (and `python -m aer_trl.evaluation`) takes, as YAML keys or flags."""
+"""`EvalArguments`: what `recipes/evaluate.py` (and `aer-evaluate`) takes, as YAML keys or flags."""
 
 from __future__ import annotations
 

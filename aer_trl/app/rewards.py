@@ -5,7 +5,7 @@ What counts as the final answer (the policy; docs/design.md says why):
 - The answer format is the one the prompt asks for: `answer_format` when given (an argument or a dataset column),
   else read from the prompt (all of a conversation's messages; `\\boxed` → "boxed", `<answer>` → "answer_tag",
   `####` → "gsm8k" unless it is a markdown heading such as `#### Problem`, `Answer:` → "answer"), else "boxed"
-  (every loader of `aer_trl.data` asks for `\\boxed{}`).
+  (every loader of `aer_trl.app.data` asks for `\\boxed{}`).
 - "boxed": the answer is the content of the **last** `\\boxed{...}` (or `\\fbox{...}`) with balanced braces. A
   completion without one, or whose last one is cut off before its closing brace, is not credited.
 - "answer_tag" (open-r1's and TRL's examples' `<think>...</think><answer>...</answer>`): the content of the **last**
@@ -32,8 +32,8 @@ would read 32 and 2n+1), subscripts a subscript (`1010₂` → `1010_{2}`) and v
 in the extracted answer and the gold (`1\\,000`, `1~000`, `1 000` → `1000`; math-verify reads a space between digits as
 a product: `1\\,000` was 0; any other `~` is a space), and a full stop after a boxed number dropped
 (`\\boxed{18.}`). The extracted answer is bounded (`MAX_ANSWER_CHARS`): longer ones are not credited. Checking runs
-in worker processes with a hard limit on each completion's CPU time on every thread (`aer_trl.verifier`), so no model
-output can hang or crash the caller.
+in worker processes with a hard limit on each completion's CPU time on every thread (`aer_trl.app.verifier`), so no
+model output can hang or crash the caller.
 
 Timeouts, unparseable answers and missing markers are counted: `judge_completions` returns the counts with the
 verdicts (the evaluation harness writes them to `metrics.json`), and in training `math_accuracy_reward` logs them
@@ -50,7 +50,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from .plugins import Registry
+from ..plugins import Registry
 from .verifier import get_pool, join_digit_groups, parse_gold
 
 __all__ = [
@@ -347,7 +347,7 @@ def judge_completions(
     return rewards, counts
 
 
-# Reward functions a recipe names (`reward_funcs`); more are added with `register_reward` (or an `aer_trl.rewards`
+# Reward functions a recipe names (`reward_funcs`); more are added with `register_reward` (or an `aer_trl.app.rewards`
 # entry point), or named by import path.
 REWARDS: Registry[Callable] = Registry("reward", field="reward_funcs", group="aer_trl.rewards", check=callable)
 REWARDS.register(math_accuracy_reward, name="math_accuracy")

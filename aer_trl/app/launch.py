@@ -1,9 +1,9 @@
 """One node's `accelerate launch` command for a run over several nodes, and a launcher for it: the same command on
 localhost (tests/test_multinode.py, two "machines" on 127.0.0.1) and under SLURM (recipes/slurm/train.sbatch).
 
-    python -m aer_trl.launch --num_machines 2 --gpus_per_machine 8 --machine_rank $NODE_RANK \\
+    python -m aer_trl.app.launch --num_machines 2 --gpus_per_machine 8 --machine_rank $NODE_RANK \\
         --main_process_ip $MASTER_ADDR -- recipes/train.py --config recipes/qwen3_30b_a3b_base/deepscaler/aer.yaml
-    python -m aer_trl.launch ... --print   # the command only
+    python -m aer_trl.app.launch ... --print   # the command only
 
 Under SLURM the rank and the main node's address come from the job (`SLURM_NODEID`, the first host of
 `SLURM_JOB_NODELIST`) where not given. DeepSpeed's multi-node launcher is `standard` (one `accelerate launch` per

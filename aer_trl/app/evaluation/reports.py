@@ -7,8 +7,8 @@ import json
 import logging
 from pathlib import Path
 
+from ...atomic import atomic_write
 from ..extras import available, missing_message, require
-from ..files import atomic_write
 from .args import EvalArguments
 
 logger = logging.getLogger(__name__)

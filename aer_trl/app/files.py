@@ -25,20 +25,6 @@ def env_count(name: str) -> int | None:
     return count or None
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes, fsync: bool = False) -> Path:
-    """Write `data` to a temporary file beside `path`, then rename it over `path`: a reader sees the old file or the
-    new one, never a part. `fsync=True` also flushes it to disk before the rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
-        f.write(data)
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
-
-
 def file_sha256(path: str | Path) -> str:
     """sha256 of a file's whole content (first 20 hex digits). The identity of model weights and data files: a hash
     of a sample of a file (its ends, say) gives two models the same identity when training changed only tensors in

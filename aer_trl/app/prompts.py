@@ -1,6 +1,6 @@
 """How a question becomes the prompt a chat model sees: system line, few-shot turns, instruction. One function
-(`format_prompt`) serves training (`aer_trl.data`) and evaluation (`aer_trl.evaluation`), so a model is evaluated
-on exactly the format it was trained on.
+(`format_prompt`) serves training (`aer_trl.app.data`) and evaluation (`aer_trl.app.evaluation`), so a model is
+evaluated on exactly the format it was trained on.
 
 - A plain-text question becomes `[system?] + shots + user(question + instruction?)`.
 - A conversational prompt (a list of `{"role", "content"}` turns) keeps every turn, in order: a system line from
@@ -20,16 +20,11 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "BOXED_INSTRUCTION",
-    "CHAT_TEMPLATES",
-    "PLAIN_CHAT_TEMPLATE",
     "PromptArguments",
     "PromptFormat",
     "draw_shots",
     "format_prompt",
     "prompt_settings",
-    "prompts_are_conversational",
-    "read_chat_template",
-    "set_chat_template",
     "solved_text",
 ]
 
@@ -168,64 +163,3 @@ def prompt_settings(source) -> dict:
 
     get = source.get if isinstance(source, dict) else (lambda k, d=None: getattr(source, k, d))
     return {f.name: get(f.name) for f in fields(PromptArguments) if get(f.name) is not None}
-
-
-# A base model's prompt (no chat template of its own, e.g. Llama-3.1-8B): the conversation as plain text, one BOS
-# (TRL encodes a templated prompt without adding special tokens), "Question:"/"Answer:" turns, and the generation
-# prompt "Answer:". A base model writes on past its answer into a next "Question:": the recipes stop there
-# (`BASE_MODEL_STOP`).
-PLAIN_CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}"
-    "{% if message['role'] == 'system' %}{{ message['content'] }}\n\n"
-    "{% elif message['role'] == 'user' %}Question: {{ message['content'] }}\n"
-    "{% else %}Answer: {{ message['content'] }}\n\n{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}Answer:{% endif %}"
-)
-CHAT_TEMPLATES = {"plain": PLAIN_CHAT_TEMPLATE}
-BASE_MODEL_STOP = "\nQuestion:"
-
-
-def read_chat_template(value: str, setting: str = "chat_template_path") -> str:
-    """The Jinja template `value` names: a built-in one (`CHAT_TEMPLATES`: 'plain') or a file's text."""
-    if value in CHAT_TEMPLATES:
-        return CHAT_TEMPLATES[value]
-    from pathlib import Path
-
-    path = Path(value).expanduser()
-    if not path.is_file():
-        raise ValueError(
-            f"{setting}={value!r}: neither a built-in template ({', '.join(sorted(CHAT_TEMPLATES))}) nor a file"
-        )
-    text = path.read_text()
-    if "{%" not in text and "{{" not in text:
-        raise ValueError(f"{setting}={value!r}: {path} holds no Jinja template (no '{{{{' or '{{%')")
-    return text
-
-
-def set_chat_template(tokenizer, chat_template_path: str | None, conversational: bool, setting="chat_template_path"):
-    """The chat template prompts are formatted with: `chat_template_path`'s where given (it replaces the tokenizer's
-    own, and is saved with the tokenizer in every checkpoint, so evaluation formats prompts the same way). A
-    tokenizer without a template of its own and none given cannot format conversational prompts: refused here,
-    naming the setting, rather than inside TRL at the first rollout."""
-    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor's tokenizer
-    if chat_template_path:
-        tokenizer.chat_template = read_chat_template(chat_template_path, setting)
-    elif conversational and not getattr(tokenizer, "chat_template", None):
-        raise ValueError(
-            f"the tokenizer ({type(tokenizer).__name__}, {getattr(tokenizer, 'name_or_path', '')!r}) has no chat "
-            f"template and the prompts are conversations (role/content turns): set {setting} to a Jinja template "
-            f"file, or {setting}='plain' for a base model (Question:/Answer: turns after one BOS; docs/usage.md)"
-        )
-
-
-def prompts_are_conversational(dataset) -> bool:
-    """Whether a training set's prompts are conversations (judged on its first row, as TRL does); False for none."""
-    if dataset is None:
-        return False
-    from trl.data_utils import is_conversational
-
-    try:
-        first = next(iter(dataset))
-    except StopIteration:
-        return False
-    return is_conversational(first)

@@ -26,7 +26,8 @@ import logging
 import os
 from pathlib import Path
 
-from ..files import atomic_write, file_sha256
+from ...atomic import atomic_write
+from ..files import file_sha256
 
 logger = logging.getLogger(__name__)
 

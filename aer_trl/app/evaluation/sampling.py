@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from ..compat import cache_kwarg
+from ...compat import cache_kwarg
 from ..kvcache import prefill
 
 __all__ = ["isolated_rng", "sample_chunk", "sample_completions"]

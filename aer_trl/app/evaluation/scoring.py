@@ -79,7 +79,7 @@ def score(args, plans) -> dict:
     if outdated_problems:
         logger.warning(
             "judged the stored samples of %d problems again: their verdicts came from another version of the answer "
-            "checker (this one: aer_trl.rewards.JUDGE_VERSION %d)",
+            "checker (this one: aer_trl.app.rewards.JUDGE_VERSION %d)",
             outdated_problems,
             JUDGE_VERSION,
         )

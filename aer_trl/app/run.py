@@ -1,22 +1,23 @@
-"""The training command line: `aer-train`, `python -m aer_trl.run` and `recipes/train.py` are this `main`.
+"""The training command line: `aer-train`, `python -m aer_trl.app.run` and `recipes/train.py` are this `main`.
 
     aer-train --config recipes/smollm2_135m_instruct/gsm8k/aer.yaml   # any recipe; flags override the YAML
     aer-train --config qwen3_4b_base/deepscaler/aer                    # a shipped recipe by name (from a wheel too)
-    accelerate launch -m aer_trl.run --config my_recipe.yaml          # several processes / DeepSpeed
+    accelerate launch -m aer_trl.app.run --config my_recipe.yaml          # several processes / DeepSpeed
 
 Every key of a recipe is a field of `AERScriptArguments`, of the config of the trainer its `trainer:` key names
 (`AERGRPOConfig` with all of TRL's `GRPOConfig`, the default; `AERRLOOConfig` with TRL's `RLOOConfig` for
-`trainer: rloo`) or of TRL's `ModelConfig`. The run itself is `aer_trl.training.train`.
+`trainer: rloo`) or of TRL's `ModelConfig`. The run itself is `aer_trl.app.training.train`.
 """
 
 from __future__ import annotations
 
 import sys
 
-from .logs import configure_logging
-from .resources import resolve_recipe
-from .training import AERScriptArguments, parse_recipe, train
-from .vllm_support import release_colocated_engine
+# absolute imports: `python -m aer_trl.run` (the old path) runs this file's code as __main__ of package aer_trl
+from aer_trl.app.logs import configure_logging
+from aer_trl.app.resources import resolve_recipe
+from aer_trl.app.training import AERScriptArguments, parse_recipe, train
+from aer_trl.vllm_support import release_colocated_engine
 
 
 def main(argv=None, script_class=AERScriptArguments, config_class=None, trainer_class=None):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .compat import cache_kwarg
+from ..compat import cache_kwarg
 
 __all__ = ["positions", "prefill"]
 
