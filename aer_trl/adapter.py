@@ -69,10 +69,12 @@ class AERTrainerMixin(ResumeMixin):
         callbacks=None,
         dataset_name: str | None = None,
         data_description: str | None = None,
+        base_model: str | None = None,
         **kwargs,
     ):
         """`dataset_name` / `data_description` (optional): what the model card says the model was trained on (a Hub
-        data set id is linked; the description adds the prompt format)."""
+        data set id is linked; the description adds the prompt format). `base_model` (optional): the Hub id the card
+        names as the base model where the model was loaded from elsewhere (a converted GGUF file's original)."""
         args = self.config_class.for_trainer(args, model)  # a plain TRL config is converted (with a warning)
         missing = [c for c in args.trainer_requirements() if not isinstance(self, c)]
         if missing:
@@ -97,6 +99,7 @@ class AERTrainerMixin(ResumeMixin):
         self._engine_guard = EngineDriftGuard.for_trainer(self.model, args)  # stops a run whose engine drifted
         self._aer_method = get_method(args.method)
         self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
+        self.aer_base_model = base_model
         self.aer_core.bind_rewards(self.reward_func_names)
         self.aer_resume_changes: dict[str, tuple] = {}  # settings that differ from the checkpoint resumed from
         slow = cpu_bf16_warning(self.accelerator.device, args.bf16, self.model)

@@ -47,12 +47,33 @@ def _local_base(base: str | None) -> str:
     return f"a fine-tuned version of `{name}` (a local model: `{base}`)"
 
 
+def run_name(trainer) -> str:
+    """What the card calls the model: the Hub repository's name where the run pushes, else the output folder's name
+    (as TRL names it in the card of each checkpoint)."""
+    if trainer.args.hub_model_id:
+        return trainer.args.hub_model_id.split("/")[-1]
+    return os.path.basename(os.path.normpath(trainer.args.output_dir))
+
+
+def _base_model(trainer) -> tuple[str | None, str | None]:
+    """(Hub id, local path) of the base model: the trainer's `base_model` where given (a Hub id, e.g. the original of
+    a converted GGUF file), else the model's own name, which is a Hub id unless it is a local folder."""
+    own = get_config_model_id(trainer.model.config)
+    hint = getattr(trainer, "aer_base_model", None)
+    if hint:
+        return hint, own if own and os.path.isdir(own) else None
+    if own and not os.path.isdir(own):
+        return own, None
+    return None, own
+
+
 def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **kwargs) -> None:
-    """TRL's model card for the method actually trained. With AER's outputs off (a non-AER method, `aer_measurements`
-    unset) that is all: the card TRL writes, under the method's title. Otherwise it cites the AER paper (for the AER
-    methods), links only what exists (a Hub base model, a Hub data set), and adds a section with the method's
-    settings (and AER's controller state)."""
+    """TRL's model card for the method actually trained, titled with the run's name (`run_name`) and with a usage
+    snippet that loads this model (its Hub id when pushed, else its folder). With AER's outputs off (a non-AER method,
+    `aer_measurements` unset) that is all. Otherwise it cites the AER paper once, links only what exists (a Hub base
+    model, a Hub data set), and adds a section with the method's settings (and AER's controller state)."""
     dataset_name = dataset_name or trainer.aer_dataset_name
+    model_name = model_name or run_name(trainer)
     method = trainer.args.method
     spec = get_method(method)
     aer = spec.aer
@@ -60,7 +81,7 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
     kind, trainer_name = type(trainer.args).trainer_kind, type(trainer.args).trainer_name
     tags = [tags] if isinstance(tags, str) else list(tags or [])
     trainer._name = spec.title_for(kind)
-    trainer._paper = AER_PAPER if aer else base_trainer._paper
+    trainer._paper = AER_PAPER if aer else base_trainer._paper  # TRL's card cites it (once)
     telemetry = trainer.args.aer_measurements
     # TRL's own card names no method for its plain trainer
     extra = [] if method == kind and not telemetry else [method]
@@ -72,9 +93,20 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
     path = os.path.join(trainer.args.output_dir, "README.md")
     with open(path) as f:
         card = f.read()
-    base = get_config_model_id(trainer.model.config)
+    hub_base, local_base = _base_model(trainer)
     # TRL links a Hub base model; for a local folder (or none) its template writes [None](https://huggingface.co/None)
-    card = card.replace(f"a fine-tuned version of [None]({HUB}/None)", _local_base(base))
+    if hub_base:
+        note = f" (here from `{local_base}`)" if local_base else ""
+        card = card.replace(
+            f"a fine-tuned version of [None]({HUB}/None)",
+            f"a fine-tuned version of [{hub_base}]({HUB}/{hub_base}){note}",
+        )
+        if card.startswith("---\n") and "\nbase_model:" not in card.split("\n---", 1)[0]:
+            card = f"---\nbase_model: {hub_base}\n" + card[4:]
+    else:
+        card = card.replace(f"a fine-tuned version of [None]({HUB}/None)", _local_base(local_base))
+    # the usage snippet loads this model: TRL writes its Hub id, "None" for a run that does not push
+    card = card.replace('model="None"', f'model="{trainer.hub_model_id or trainer.args.output_dir}"')
     if not telemetry:
         with open(path, "w") as f:
             f.write(card)
@@ -83,7 +115,7 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
     fmt = lambda v: "n/a" if v is None else f"{v:.6g}"  # noqa: E731
     rows = [
         ("method", f"`{method}`: {spec.help}"),
-        ("base model", f"`{base}`" if base else "n/a"),
+        ("base model", f"`{hub_base or local_base}`" if hub_base or local_base else "n/a"),
         ("training data", trainer.aer_data_description or (f"`{dataset_name}`" if dataset_name else "n/a")),
     ]
     if aer:
@@ -108,12 +140,14 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
             f"Trained with `aer_trl.{trainer_name}` as the `{method}` baseline of the AER paper's comparisons "
             "(no AER entropy bonus)."
         )
-    section = (
-        f"\n## Training method: {trainer._name}\n\n{intro}\n\n| | |\n|---|---|\n"
-        + "".join(f"| {k} | {v} |\n" for k, v in rows)
-        + "\nCite the AER paper ([arXiv 2510.10959](https://arxiv.org/abs/2510.10959)) as:\n\n```bibtex\n"
-        + AER_PAPER["citation"]
-        + "\n```\n"
+    section = f"\n## Training method: {trainer._name}\n\n{intro}\n\n| | |\n|---|---|\n" + "".join(
+        f"| {k} | {v} |\n" for k, v in rows
     )
+    if not aer:  # TRL's citations cite the trainer's paper; the AER paper's comparison is cited here
+        section += (
+            "\nCite the AER paper ([arXiv 2510.10959](https://arxiv.org/abs/2510.10959)) as:\n\n```bibtex\n"
+            + AER_PAPER["citation"]
+            + "\n```\n"
+        )
     with open(path, "w") as f:
         f.write(card + section)

@@ -16,7 +16,8 @@ def _card(tmp_path, dataset_name, **config):
 
 def test_an_aer_card_has_the_settings_and_controller_state_and_links_only_what_exists(tmp_path):
     card = _card(tmp_path, MATH_TABLES["deepscaler"].hub_id, aer_rho=0.3)  # `aer-train` passes a known name's Hub id
-    assert "## Training method: AER-GRPO" in card and "arxiv.org/abs/2510.10959" in card
+    assert "## Training method: AER-GRPO" in card and "huggingface.co/papers/2510.10959" in card
+    assert card.count("@article{zhang2025aer") == 1  # cited once, in TRL's citations
     for row in ("| ρ (pivot accuracy) | 0.3 |", "| final α | 0 |", "| H0 (initial entropy) | n/a |"):
         assert row in card, row
     assert MATH_TABLES["deepscaler"].hub_id in card  # a Hub data set is linked
@@ -57,3 +58,27 @@ def test_no_card_links_huggingface_co_none(tmp_path, config, where):
             "[HuggingFaceTB/SmolLM2-135M-Instruct](https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct)" in card
         )
     assert ("## Training method" in card) == (config["method"] == "aer")  # telemetry off: TRL's card alone
+
+
+@pytest.mark.parametrize("pushed", [False, True], ids=["saved", "pushed"])
+def test_the_card_names_the_run_loads_this_model_and_cites_the_paper_once(tmp_path, pushed):
+    """The card of a run (what `aer-train` writes and a push uploads): titled with the run's name, not "None"; its
+    usage snippet loads this model (the Hub repository where it is pushed, else the output folder); a base model
+    loaded from elsewhere (a converted GGUF file) is named by the Hub id it stands for, in the metadata too; the AER
+    paper is cited once."""
+    tokenizer = helpers.make_tokenizer()
+    out = tmp_path / "tiny-aer"
+    config = {"hub_model_id": "me/tiny-aer-hub"} if pushed else {}
+    trainer = helpers.make_trainer(
+        tokenizer, helpers.make_config(out, **config), base_model="HuggingFaceTB/SmolLM2-135M-Instruct"
+    )
+    if pushed:
+        trainer.hub_model_id = "me/tiny-aer-hub"  # what Trainer.init_hf_repo sets before a push
+    trainer.create_model_card()
+    card = (out / "README.md").read_text()
+    name, loads = ("tiny-aer-hub", "me/tiny-aer-hub") if pushed else ("tiny-aer", str(out))
+    assert f"# Model Card for {name}\n" in card and "None" not in card
+    assert f'pipeline("text-generation", model="{loads}"' in card
+    assert card.startswith("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n")
+    assert "a fine-tuned version of [HuggingFaceTB/SmolLM2-135M-Instruct](https://huggingface.co/" in card
+    assert card.count("@article{zhang2025aer") == 1

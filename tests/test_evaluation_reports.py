@@ -20,10 +20,19 @@ def test_end_to_end_table_json_plot(tmp_path, model_and_bench):
     assert m["fingerprint"]["max_new_tokens"] == 2 and "weights" in m["fingerprint"]["model"]
     assert json.loads((out / "metrics.json").read_text()) == json.loads(json.dumps(metrics))
     table = (out / "table.md").read_text()
-    assert "| Method | bench pass@1 | bench pass@8 | Avg. pass@1 | Avg. pass@8 |" in table and "| tiny |" in table
+    # every k asked for (k_list 1 2 4 8; no report_k), then their averages
+    head = "| Method | bench pass@1 | bench pass@2 | bench pass@4 | bench pass@8 | Avg. pass@1 | Avg. pass@2 | Avg. pass@4"
+    assert head + " | Avg. pass@8 |" in table and "| tiny |" in table
     assert "| tiny | bench | 10 | 8 |" in table  # problems and n stated
     assert (out / "passk.png").stat().st_size > 5000
     assert len(lines(out)) == 10 and all(len(json.loads(x)["completions"]) == 8 for x in lines(out))
+
+
+def test_report_k_keeps_the_papers_two_columns(tmp_path, model_and_bench):
+    model, bench = model_and_bench
+    evaluate(make_args(tmp_path / "eval", model, bench, report_k=4), generator_factory=Fake())
+    table = (tmp_path / "eval" / "table.md").read_text()
+    assert "| Method | bench pass@1 | bench pass@4 | Avg. pass@1 | Avg. pass@4 |" in table
 
 
 def test_a_second_model_adds_a_row(tmp_path, model_and_bench, tokenizer):

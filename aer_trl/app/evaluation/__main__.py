@@ -5,24 +5,47 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# absolute imports: `python -m aer_trl.evaluation` (the old path) runs this file too; nothing that imports TRL at the
+# top: `aer-evaluate --list` answers at once
+from aer_trl.app.cli import check_keys, early_answer, resolve_config, run_friendly, usage
 
-def main(argv=None) -> dict:
+
+def main(argv=None) -> dict | None:
+    """Evaluate as `argv` says (default: the process's arguments) and print the table and where the outputs are;
+    `--list` prints the shipped evaluation recipes instead (and returns None)."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    listing = early_answer("aer-evaluate", argv, "eval")
+    if listing is not None:
+        print(listing)
+        return None
+    if "-h" in argv or "--help" in argv:
+        print(usage("aer-evaluate"))  # TRL's parser prints every key after it
+    argv = resolve_config(argv, "eval")
+
     from trl import TrlParser
 
-    from aer_trl.app.evaluation.args import EvalArguments  # absolute: `python -m aer_trl.evaluation` runs this too
+    from aer_trl.app.evaluation.args import EvalArguments
     from aer_trl.app.evaluation.harness import evaluate
     from aer_trl.app.logs import configure_logging
+    from aer_trl.app.trainers import recipe_keys
 
+    check_keys(recipe_keys(argv), (EvalArguments,), "an evaluation recipe (EvalArguments)")
     (args,) = TrlParser((EvalArguments,)).parse_args_and_config(args=argv)
     configure_logging()
     metrics = evaluate(args)
-    print((Path(args.output_dir) / "table.md").read_text())
+    out = Path(args.output_dir)
+    print((out / "table.md").read_text())
+    written = [p for p in ("table.md", "metrics.json", "passk.png", "generations.jsonl") if (out / p).exists()]
+    print(f"Outputs in {out}: " + ", ".join(written))
     return metrics
 
 
 def cli() -> None:
-    """The console script `aer-evaluate`: main's return value is for Python callers, not an exit status."""
-    main()
+    """The console script `aer-evaluate`: main's return value is for Python callers, not an exit status; a user's
+    mistake is one paragraph, exit status 2."""
+    run_friendly("aer-evaluate", main)
 
 
 if __name__ == "__main__":

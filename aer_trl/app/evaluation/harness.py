@@ -14,11 +14,11 @@ This module runs them in order: `evaluate(args)`.
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 
 import torch
 
-from ..files import lock_folder
+from ..files import lock_folder, unlock
 from .args import EvalArguments, sample_groups
 from .backends import TransformersGenerator, VLLMGenerator, check_model, choose_backend, default_factory
 from .plan import Plan, Problem, generate_missing, load_problems, make_plans, prompt_text, run_workers
@@ -70,6 +70,5 @@ def evaluate(args: EvalArguments, generator_factory=None) -> dict:
         if args.num_samples_per_benchmark:
             write_reports(args, metrics)  # the table over every benchmark, laid out as `args` asks
         return metrics
-    finally:
-        if lock is not None:
-            os.close(lock)
+    finally:  # released and removed however the evaluation ends
+        unlock(lock, Path(args.output_dir) / EVAL_LOCK)

@@ -104,7 +104,7 @@ def make_chunks(problems: list[Problem], size: int, seed: int) -> list[Chunk]:
 def load_problems(bench: str, args, tokenizer) -> list[Problem]:
     """The benchmark's problems as the model sees them: the data source's evaluation split in the run's prompt
     format (the same `format_prompt` as training)."""
-    source = get_source(bench)
+    source = get_source(bench, field="benchmarks")
     data = source.load(source.eval_split, args, resolve_format(source, args))
     if args.max_problems is not None:
         data = data.select(range(min(args.max_problems, len(data))))

@@ -80,40 +80,40 @@ def appendix_table(metrics: dict, args: EvalArguments) -> str:
 
 
 def markdown_table(metrics: dict, args: EvalArguments) -> str:
-    """Rows: models; for each benchmark and their average, pass@1 and pass@report_k in % (the paper's Table 1),
-    then what each cell was computed from (n, problems). `table: appendix`: `appendix_table`."""
+    """Rows: models; for each benchmark and their average, pass@k in % for every k of `k_list` (or pass@1 and
+    pass@report_k where `report_k` is set: the paper's Table 1), then what each cell was computed from (n, problems).
+    `table: appendix`: `appendix_table`."""
     if args.table == "appendix":
         return appendix_table(metrics, args)
-    k = args.report_k or max(args.k_list)
+    ks = sorted({1, args.report_k}) if args.report_k else sorted(set(args.k_list))
     benches = list(dict.fromkeys(b for per_bench in metrics.values() for b in per_bench))
-    head = "| Method | " + " | ".join(f"{_stem(b)} pass@1 | {_stem(b)} pass@{k}" for b in benches)
-    lines = [head + f" | Avg. pass@1 | Avg. pass@{k} |", "|---" * (2 * len(benches) + 3) + "|"]
+    head = "| Method | " + " | ".join(f"{_stem(b)} pass@{j}" for b in benches for j in ks)
+    lines = [head + "".join(f" | Avg. pass@{j}" for j in ks) + " |", "|---" * ((len(benches) + 1) * len(ks) + 1) + "|"]
     notes = []
     for model_name, per_bench in metrics.items():
-        cells, p1, pk = [], [], []
+        cells, per_k = [], {j: [] for j in ks}
         for b in benches:
             m = per_bench.get(b)
             if m is None:
-                cells += ["–", "–"]
+                cells += ["–"] * len(ks)
                 continue
-            p1.append(m["pass@1"])
-            cells.append(f"{100 * p1[-1]:.1f}")
-            if f"pass@{k}" in m:
-                pk.append(m[f"pass@{k}"])
-                cells.append(f"{100 * pk[-1]:.1f}")
-            else:
-                cells.append("–")
+            for j in ks:
+                if f"pass@{j}" in m:
+                    per_k[j].append(m[f"pass@{j}"])
+                    cells.append(f"{100 * per_k[j][-1]:.1f}")
+                else:
+                    cells.append("–")
             fp = m["fingerprint"]
             notes.append(
                 f"| {_label(model_name, args)} | {_stem(b)} | {m['num_problems']} | {m.get('num_samples', '?')} | "
                 f"{fp['temperature']} | {fp['max_new_tokens']} | {fp['id']} |"
             )
-        avg = [f"{100 * sum(x) / len(x):.1f}" if len(x) == len(benches) else "–" for x in (p1, pk)]
+        avg = [f"{100 * sum(x) / len(x):.1f}" if len(x) == len(benches) else "–" for x in per_k.values()]
         lines.append(f"| {_label(model_name, args)} | " + " | ".join(cells + avg) + " |")
     lines += [
         "",
         f"pass@k in %, unbiased estimator over n samples per problem; averages only over rows with every benchmark "
-        f"(k = {k}).",
+        f"(k = {', '.join(map(str, ks))}).",
         "",
         "| Method | benchmark | problems | n | temperature | max new tokens | fingerprint |",
         "|---|---|---|---|---|---|---|",
