@@ -233,3 +233,14 @@ def trainer_callbacks(args, callbacks=None) -> list:
     if not any(isinstance(cb, MetricsFileCallback) for cb in callbacks):
         callbacks.append(MetricsFileCallback())  # <output_dir>/metrics.jsonl, whatever report_to says
     return callbacks
+
+
+def replace_progress_bar(trainer) -> None:
+    """A `transformers.ProgressCallback` subclass among a trainer's callbacks (a bar of one's own: the demo's names its
+    phase and shows a few numbers instead of printing every log dict) replaces transformers' default bar."""
+    from transformers.trainer_callback import ProgressCallback
+
+    callbacks = trainer.callback_handler.callbacks
+    if any(isinstance(cb, ProgressCallback) and type(cb) is not ProgressCallback for cb in callbacks):
+        for cb in [cb for cb in callbacks if type(cb) is ProgressCallback]:
+            trainer.remove_callback(cb)

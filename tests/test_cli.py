@@ -126,3 +126,18 @@ def test_evaluation_says_where_its_outputs_are(tmp_path, model_and_bench, capsys
     printed = capsys.readouterr().out
     assert f"Outputs in {out}: table.md, metrics.json" in printed
     assert json.loads((out / "metrics.json").read_text())
+
+
+def test_a_hub_id_offline_is_answered_at_once_with_the_known_names(monkeypatch):
+    """With HF_HUB_OFFLINE=1 a Hub id that is not in the cache fails at once (no retries), saying why and what names
+    and files would do."""
+    import time
+
+    from aer_trl.app.data import load_raw_table
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    start = time.monotonic()
+    with pytest.raises(FileNotFoundError, match=r"dataset_name: 'someone/nothing-here' could not be loaded from the "
+                       r"Hub \(HF_HUB_OFFLINE=1: only the local cache is read\).*Known names: aime24"):  # fmt: skip
+        load_raw_table("someone/nothing-here")
+    assert time.monotonic() - start < 10  # datasets' online retries took 36 s

@@ -63,6 +63,7 @@ def test_trls_method_trains_logs_and_writes_its_card_exactly_as_trl(tmp_path):
     trl_card = _card(reference, tmp_path / "trl")
     assert "huggingface.co/None" in trl_card and "huggingface.co/None" not in _card(ours, tmp_path / "trl")
     fixed = trl_card.replace("fine-tuned version of [None](https://huggingface.co/None)", "fine-tuned model")
+    fixed = fixed.replace('model="None"', 'model="OUT"')  # the usage snippet loads this run's model (TRL: "None")
     assert _card(ours, tmp_path / "trl") == fixed
 
     measured = _trainer(

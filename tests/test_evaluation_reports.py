@@ -21,8 +21,8 @@ def test_end_to_end_table_json_plot(tmp_path, model_and_bench):
     assert json.loads((out / "metrics.json").read_text()) == json.loads(json.dumps(metrics))
     table = (out / "table.md").read_text()
     # every k asked for (k_list 1 2 4 8; no report_k), then their averages
-    head = "| Method | bench pass@1 | bench pass@2 | bench pass@4 | bench pass@8 | Avg. pass@1 | Avg. pass@2 | Avg. pass@4"
-    assert head + " | Avg. pass@8 |" in table and "| tiny |" in table
+    head = "| Method | " + " | ".join(f"bench pass@{k}" for k in (1, 2, 4, 8))
+    assert head + " | " + " | ".join(f"Avg. pass@{k}" for k in (1, 2, 4, 8)) + " |" in table and "| tiny |" in table
     assert "| tiny | bench | 10 | 8 |" in table  # problems and n stated
     assert (out / "passk.png").stat().st_size > 5000
     assert len(lines(out)) == 10 and all(len(json.loads(x)["completions"]) == 8 for x in lines(out))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from aer_trl import extras
+from aer_trl.app import extras
 
 SCRIPT = Path(__file__).parent / "scripts" / "without_extras.py"
 

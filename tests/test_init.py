@@ -37,3 +37,22 @@ def test_every_public_name_resolves():
     assert "aer_trl.trainer" in sys.modules  # a lazy name is imported from its module where it is used
     with pytest.raises(AttributeError, match="update_alpha"):
         aer_trl.update_alpha  # noqa: B018  (internals stay in their modules)
+
+
+def test_the_applications_old_import_paths_give_the_moved_modules_with_a_warning(tmp_path):
+    """The modules that moved under aer_trl.app (0.1): `import aer_trl.rewards` is `aer_trl.app.rewards` itself (one
+    module, one registry), with a FutureWarning naming the new path; `python -m aer_trl.run` still runs."""
+    import importlib
+    import os
+
+    with pytest.warns(FutureWarning, match="aer_trl.rewards moved to aer_trl.app.rewards"):
+        old = importlib.import_module("aer_trl.rewards")
+    assert old is importlib.import_module("aer_trl.app.rewards")
+    with pytest.warns(FutureWarning, match="aer_trl.evaluation moved"):
+        passk = importlib.import_module("aer_trl.evaluation.passk")
+    assert passk is importlib.import_module("aer_trl.app.evaluation.passk")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "aer_trl.run", "--list"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and "smollm2_135m_instruct/gsm8k/aer" in done.stdout, done.stderr
+    assert "aer_trl.run moved to aer_trl.app.run" in done.stderr

@@ -5,7 +5,7 @@ name the config field in the error for an unknown name."""
 import pytest
 
 import aer_trl.methods as method_registry
-from aer_trl import data, rewards
+from aer_trl.app import data, rewards
 
 
 def _source(name):

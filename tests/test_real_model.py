@@ -41,6 +41,8 @@ def trained(smollm2, tmp_path_factory):
             "2",
             "--max_completion_length",
             "12",
+            "--save_strategy",  # the CPU recipe saves no checkpoints unless asked
+            "steps",
             "--save_steps",
             "1",
         ]

@@ -7,12 +7,13 @@ def test_a_shipped_recipe_runs_by_name_from_any_folder(tmp_path, monkeypatch):
     import pytest
 
     import aer_trl.app.run
+    import aer_trl.app.training
     from aer_trl.app.resources import resolve_recipe
 
     monkeypatch.chdir(tmp_path)
     captured = {}
     monkeypatch.setattr(
-        aer_trl.app.run, "train", lambda s, t, m, trainer_class: captured.update(script=s, training=t, model=m)
+        aer_trl.app.training, "train", lambda s, t, m, trainer_class: captured.update(script=s, training=t, model=m)
     )
     aer_trl.app.run.main(["--config", "recipes/qwen3_4b_base/deepscaler/aer.yaml", "--output_dir", "out",
                           "--use_cpu", "1", "--bf16", "0", "--use_vllm", "0"])  # fmt: skip
@@ -29,8 +30,9 @@ def test_the_command_line_logs_the_packages_info_lines(tmp_path, monkeypatch):
     import logging
 
     import aer_trl.app.run
+    import aer_trl.app.training
 
-    monkeypatch.setattr(aer_trl.app.run, "train", lambda s, t, m, trainer_class: None)
+    monkeypatch.setattr(aer_trl.app.training, "train", lambda s, t, m, trainer_class: None)
     package = logging.getLogger("aer_trl")
     before = package.level
     try:

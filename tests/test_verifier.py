@@ -47,7 +47,7 @@ def test_a_worker_that_died_between_checks_is_replaced_and_no_answer_is_lost(poo
 def test_a_check_interrupted_mid_flight_leaves_no_stale_answer_for_the_next(monkeypatch):
     """Ctrl-C in a notebook while rewards are judged, then training again in the same kernel: the answer the
     interrupted call left in flight belongs to nobody, and must not land in the next call's slot of the same index."""
-    from aer_trl import verifier
+    from aer_trl.app import verifier
 
     pool = VerifierPool(workers=2, timeout=30.0)
     try:
@@ -107,7 +107,7 @@ def test_a_pool_that_stood_still_reads_what_its_workers_wrote_before_judging_the
     import time
     from types import SimpleNamespace
 
-    from aer_trl import verifier
+    from aer_trl.app import verifier
 
     pool = VerifierPool(workers=1, timeout=5.0)
     try:
@@ -132,7 +132,7 @@ def test_the_limit_is_the_checks_cpu_time_not_the_wall_clock(monkeypatch):
     import signal
     import threading
 
-    from aer_trl import verifier
+    from aer_trl.app import verifier
 
     pool = VerifierPool(workers=1, timeout=1.0)
     try:
@@ -159,7 +159,7 @@ def test_time_the_pool_and_its_workers_stood_still_is_not_charged_to_an_answer(m
     import time
     from types import SimpleNamespace
 
-    from aer_trl import verifier
+    from aer_trl.app import verifier
 
     pool = VerifierPool(workers=1, timeout=5.0)
     try:
@@ -201,7 +201,7 @@ def test_a_worker_started_before_the_job_stood_still_is_timed_from_the_next_call
     import time
     from types import SimpleNamespace
 
-    from aer_trl import verifier
+    from aer_trl.app import verifier
 
     pool = VerifierPool(workers=1, timeout=1.0)
     try:
@@ -250,7 +250,7 @@ def _stands_still(monkeypatch, seconds: float, times: int = 1):
 _IN_A_WORKER = """
 import sys, time
 import math_verify.parser as mvp
-from aer_trl import verifier
+from aer_trl.app import verifier
 
 verifier._cpu_alarms()  # as a worker does
 assert verifier.parse_gold("7")  # parsed and cached first
@@ -287,7 +287,7 @@ def test_a_gold_parse_that_ran_out_while_the_job_stood_still_is_tried_again(monk
     """On the training process's main thread a gold answer is parsed under math-verify's 5 s alarm and cached: one
     that ran out while the process stood still would have made that gold unparseable for the whole run. A parse that
     ran out without working runs again."""
-    from aer_trl import verifier
+    from aer_trl.app import verifier
 
     calls = _stands_still(monkeypatch, 5.5)
     verifier.parse_gold.cache_clear()

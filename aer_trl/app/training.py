@@ -15,7 +15,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..callbacks import AERCallback
+from ..callbacks import AERCallback, replace_progress_bar
 from ..config import AERArguments, shaping_settings
 from .checkpoints import RUN_LOCK, check_fresh_start, check_resume_adapter, lock_output_dir, resolve_resume
 from .cli import check_keys
@@ -129,10 +129,17 @@ def use_cpu_cores(training_args: AERArguments) -> int | None:
     return threads
 
 
-def train(script_args: AERScriptArguments, training_args: AERArguments, model_args=None, trainer_class=None):
+def train(
+    script_args: AERScriptArguments,
+    training_args: AERArguments,
+    model_args=None,
+    trainer_class=None,
+    callbacks=(),
+):
     """Train, save, write the card and push, holding `output_dir`'s lock throughout (`lock_output_dir`).
     `trainer_class`: an AER trainer (None: the one `training_args` configures, `AERGRPOTrainer` for an
-    `AERGRPOConfig`, `AERRLOOTrainer` for an `AERRLOOConfig`)."""
+    `AERGRPOConfig`, `AERRLOOTrainer` for an `AERRLOOConfig`); `callbacks`: more TrainerCallbacks for the trainer (a
+    `ProgressCallback` subclass replaces transformers' bar: `replace_progress_bar`)."""
     lock = lock_output_dir(training_args)
     try:
         resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
@@ -140,12 +147,12 @@ def train(script_args: AERScriptArguments, training_args: AERArguments, model_ar
             check_fresh_start(training_args.output_dir)
         else:
             check_resume_adapter(resume, model_args)
-        return _train(script_args, training_args, model_args, resume, trainer_class)
+        return _train(script_args, training_args, model_args, resume, trainer_class, list(callbacks))
     finally:  # released and removed however the run ends (a killed one leaves an unlocked file: harmless)
         unlock(lock, Path(training_args.output_dir) / RUN_LOCK)
 
 
-def _train(script_args, training_args, model_args=None, resume: str | None = None, trainer_class=None):
+def _train(script_args, training_args, model_args=None, resume: str | None = None, trainer_class=None, extra=()):
     from trl import ModelConfig, get_peft_config
 
     trainer_class = trainer_class or trainer_class_for(type(training_args).trainer_kind)
@@ -176,7 +183,7 @@ def _train(script_args, training_args, model_args=None, resume: str | None = Non
     training_args.model_init_kwargs = {**model_init_kwargs, **(training_args.model_init_kwargs or {})}
 
     callbacks = []
-    if script_args.eval_benchmark is not None:
+    if script_args.eval_benchmark is not None:  # first: validation_sampler below reads callbacks[0]
         callbacks.append(
             PassAtKCallback(
                 script_args.eval_benchmark,
@@ -198,13 +205,14 @@ def _train(script_args, training_args, model_args=None, resume: str | None = Non
         args=training_args,
         train_dataset=dataset,
         peft_config=get_peft_config(model_args),
-        callbacks=callbacks,
+        callbacks=[*callbacks, *extra],
         dataset_name=hub_dataset_id(script_args.dataset_name) or script_args.dataset_name,
         data_description=data_description,
         base_model=base_model_id(model_args.model_name_or_path) if model_args.model_name_or_path else None,
     )
     if callbacks:
         callbacks[0].sampler_factory = validation_sampler(script_args, training_args, trainer)
+    replace_progress_bar(trainer)
     for cb in trainer.callback_handler.callbacks:  # a resume on another model, LoRA, data, prompts or rewards says so
         if isinstance(cb, AERCallback) and cb.settings is not None:
             cb.settings.update(
@@ -276,10 +284,11 @@ def train_recipe(
     script_class=AERScriptArguments,
     config_class=None,
     trainer_class=None,
+    callbacks=(),
 ):
     """Train one YAML recipe with command-line style overrides; returns (script_args, training_args, trainer). The
-    classes as in `parse_recipe` and `train`."""
+    classes and `callbacks` as in `parse_recipe` and `train`."""
     script_args, training_args, model_args = parse_recipe(
         ["--config", str(recipe), *overrides], script_class, config_class
     )
-    return script_args, training_args, train(script_args, training_args, model_args, trainer_class)
+    return script_args, training_args, train(script_args, training_args, model_args, trainer_class, callbacks)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from aer_trl import run
+from aer_trl.app import run
 
 from .training import BenchConfig, BenchGRPOTrainer, BenchScriptArguments
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from aer_trl import training
+from aer_trl.app import training
 from aer_trl.app.evaluation.args import EvalArguments
 from aer_trl.app.training import AERScriptArguments
 from aer_trl.config import AERGRPOConfig

@@ -17,6 +17,7 @@ def test_every_bench_recipe_loads_in_strict_mode(recipe):
 
 def test_the_bench_command_line_defaults_to_the_lab(tmp_path, monkeypatch):
     import aer_trl.app.run
+    import aer_trl.app.training
     from aer_bench import run
     from aer_bench.training import BenchGRPOTrainer
 
@@ -25,7 +26,7 @@ def test_the_bench_command_line_defaults_to_the_lab(tmp_path, monkeypatch):
     def fake_train(script, training, model, trainer_class):
         captured.update(script=script, training=training, model=model, trainer_class=trainer_class)
 
-    monkeypatch.setattr(aer_trl.app.run, "train", fake_train)
+    monkeypatch.setattr(aer_trl.app.training, "train", fake_train)
     run.main(["--output_dir", str(tmp_path)])
     assert captured["script"].dataset_name == "lab" and captured["model"].model_name_or_path is None
     assert captured["training"].use_cpu and captured["training"].method == "aer"

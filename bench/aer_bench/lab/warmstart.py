@@ -51,8 +51,10 @@ def build_warm_start(
     cache_dir: str | Path = DEFAULT_CACHE,
     force: bool = False,
     disable_tqdm: bool = False,
+    callbacks=(),
 ) -> Path:
-    """Return the folder of the warm-started model (and tokenizer), training it first when it is not cached.
+    """Return the folder of the warm-started model (and tokenizer), training it first when it is not cached
+    (`callbacks`: more TrainerCallbacks for that training, e.g. a progress bar of one's own).
 
     The folder loads like any Hub model: `AutoModelForCausalLM.from_pretrained(path)`.
     """
@@ -62,6 +64,8 @@ def build_warm_start(
         return path
 
     from trl import SFTConfig, SFTTrainer
+
+    from aer_trl.callbacks import replace_progress_bar
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_qwen3(
@@ -99,7 +103,10 @@ def build_warm_start(
         dataloader_num_workers=0,
     )
     try:
-        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+        trainer = SFTTrainer(
+            model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=list(callbacks)
+        )
+        replace_progress_bar(trainer)
         trainer.train()
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
+
+from transformers.trainer_callback import ProgressCallback
 
 from aer_bench.lab.tasks import make_arithmetic_dataset
 from aer_bench.training import train_recipe
 from aer_trl.app.resources import recipes_dir
+from aer_trl.methods import method_title
 from aer_trl.metrics import read_metrics
 
 from .report import evaluate_pass_at_k, passk_markdown, plot_entropy, plot_runs, summary_markdown
@@ -40,6 +44,45 @@ QUICK_OVERRIDES = [
     "--logging_steps",
     "1",
 ]
+
+
+class PhaseProgress(ProgressCallback):
+    """transformers' progress bar, named for the demo's phase, with a few readable numbers (reward, entropy, α) in
+    place of every log's ~60-key dict."""
+
+    KEYS = (("reward", "reward"), ("aer/entropy", "H"), ("aer/alpha", "α"), ("loss", "loss"))
+
+    def __init__(self, phase: str):
+        super().__init__()
+        self.phase = phase
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        super().on_train_begin(args, state, control, **kwargs)
+        if self.training_bar is not None:
+            self.training_bar.set_description(self.phase)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.training_bar is not None and logs:
+            shown = {short: logs[key] for key, short in self.KEYS if isinstance(logs.get(key), (int, float))}
+            self.training_bar.set_postfix({k: f"{v:.3g}" for k, v in shown.items()}, refresh=False)
+
+
+def busy_cores_advice() -> str | None:
+    """Advice when the cores are busy (the 1-minute load above half the cores): the demo's times assume idle cores,
+    and two jobs that each take every core slow both ~10x (docs/lab.md)."""
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    if load <= cores / 2 or os.environ.get("AER_CPU_THREADS"):
+        return None
+    return (
+        f"note: the machine is busy (load {load:.1f} on {cores} cores). The demo takes ~3 minutes on idle cores; "
+        "beside another job, whose threads and this one's spin against each other, it can take 10x longer. Let the "
+        "other job finish, or give each job a share: AER_CPU_THREADS=1 make demo (docs/lab.md, 'Where a step's time "
+        "goes')."
+    )
 
 
 def held_out_set(per_tier: int, train_prompts: set[str]):
@@ -84,19 +127,27 @@ def main(argv=None) -> dict:
     if args.max_steps:
         overrides_common += ["--max_steps", str(args.max_steps)]
 
+    advice = busy_cores_advice()
+    if advice:
+        print(advice, flush=True)
+    phases = 2 + len(args.seeds) * len(args.methods)
+    phase = iter(range(1, phases + 1))
+
     # the warm start is built (or found in the cache) first and timed on its own, not charged to the first method
     from aer_bench.lab.warmstart import WARM_START_PRESETS, build_warm_start
 
+    print(f"\n== {next(phase)}/{phases} warm start: the lab's tiny model fine-tuned (SFT) on arithmetic, once; "
+          f"cached in {args.lab_cache_dir} ==", flush=True)  # fmt: skip
     start = time.perf_counter()
     preset = (
         overrides_common[overrides_common.index("--lab_warm_start") + 1]
         if "--lab_warm_start" in overrides_common
         else "default"
     )
-    build_warm_start(WARM_START_PRESETS[preset], cache_dir=args.lab_cache_dir)
+    build_warm_start(WARM_START_PRESETS[preset], cache_dir=args.lab_cache_dir, callbacks=[PhaseProgress("SFT")])
     timings["warm start"] = time.perf_counter() - start
 
-    runs: dict[str, list[dict]] = {}
+    runs: dict[str, list[list[dict]]] = {m: [] for m in args.methods}
     model_dirs: dict[str, list[Path]] = {m: [] for m in args.methods}
     train_prompts: set[str] = set()
     for seed in args.seeds:
@@ -105,19 +156,24 @@ def main(argv=None) -> dict:
             if not recipe.exists():
                 raise FileNotFoundError(f"--methods: no recipe {recipe} for method {method!r}")
             run_dir = out / f"{method}-seed{seed}"
+            label = f"{method_title(method)} (seed {seed})"
+            print(f"\n== {next(phase)}/{phases} {label}: training into {run_dir} ==", flush=True)
             start = time.perf_counter()
             script_args, training_args, _ = train_recipe(
-                recipe, [*overrides_common, "--output_dir", str(run_dir), "--seed", str(seed)]
+                recipe,
+                [*overrides_common, "--output_dir", str(run_dir), "--seed", str(seed)],
+                callbacks=[PhaseProgress(label)],
             )
             timings[f"{method}-seed{seed}"] = time.perf_counter() - start
             model_dirs[method].append(run_dir)
-            if seed == args.seeds[0]:
-                runs[method] = read_metrics(run_dir / "metrics.jsonl")
+            runs[method].append(read_metrics(run_dir / "metrics.jsonl"))
             train_prompts |= set(
                 make_arithmetic_dataset(script_args.lab_train_size, seed=script_args.lab_data_seed)["prompt"]
             )
 
     held_out = held_out_set(args.eval_per_tier, train_prompts)
+    print(f"\n== {next(phase)}/{phases} evaluation: held-out pass@k, {len(held_out)} problems x {args.eval_samples} "
+          "samples per model ==", flush=True)  # fmt: skip
     start = time.perf_counter()
     results: dict[str, list[dict]] = {m: [] for m in args.methods}
     for method, dirs in model_dirs.items():
@@ -127,10 +183,7 @@ def main(argv=None) -> dict:
             )
     timings["evaluation"] = time.perf_counter() - start
 
-    mean_passk = {
-        m: {"all": {k: sum(r["all"][k] for r in rs) / len(rs) for k in rs[0]["all"]}} for m, rs in results.items()
-    }
-    figure = plot_runs(runs, mean_passk, out / "figure.png")
+    figure = plot_runs(runs, results, out / "figure.png")
     tiers = sorted(k for k in next(iter(results.values()))[0] if k != "all")
     table = "\n\n".join(
         [f"### held-out pass@k (%), all tiers\n\n{passk_markdown(results)}"]
@@ -145,7 +198,10 @@ def main(argv=None) -> dict:
     print(table)
     print("\n### summary (held-out pass@k %, final training entropy, training seconds)\n\n" + summary_table)
     print("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
-    print(f"figure: {figure}")
+    written = ["figure.png", "entropy.png", "passk.md", "summary.md", "results.json"]
+    written += [f"{m}-seed{seed}/ (model, metrics.jsonl)" for seed in args.seeds for m in args.methods]
+    print(f"\nwritten to {out}/: " + ", ".join(written))
+    print(f"figure: {figure} (what it shows: docs/lab.md)")
     return summary
 
 
