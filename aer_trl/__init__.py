@@ -24,6 +24,8 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "trainer": ["AERGRPOTrainer"],
         "rloo_trainer": ["AERRLOOTrainer"],
         "rloo_config": ["AERRLOOConfig"],
+        "async_grpo_trainer": ["AERAsyncGRPOTrainer"],
+        "async_grpo_config": ["AERAsyncGRPOConfig"],
         "core_algos": ["AERController", "difficulty_coefficients"],
         "callbacks": ["AERCallback"],
         "methods": ["Method", "TokenBatch", "get_method", "register_method"],
@@ -37,6 +39,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
     from .app.evaluation.harness import EvalArguments, evaluate
     from .app.evaluation.validation import PassAtKCallback
     from .app.rewards import math_accuracy_reward
+    from .async_grpo_config import AERAsyncGRPOConfig
+    from .async_grpo_trainer import AERAsyncGRPOTrainer
     from .callbacks import AERCallback
     from .config import AERConfig, AERGRPOConfig
     from .core_algos import AERController, difficulty_coefficients

@@ -225,7 +225,8 @@ class AERArguments:
         turns the model's cache off); TRL hands `generation_kwargs` to vLLM's `SamplingParams` when `use_vllm`, which
         refuses it ("Unexpected keyword argument 'use_cache'"). vLLM always keeps a KV cache, so the
         key is dropped there, with a note, and a recipe runs on either engine unchanged."""
-        if self.use_vllm and self.generation_kwargs and "use_cache" in self.generation_kwargs:
+        kwargs = getattr(self, "generation_kwargs", None)  # TRL's asynchronous GRPO samples elsewhere: none
+        if getattr(self, "use_vllm", False) and kwargs and "use_cache" in kwargs:
             self.generation_kwargs = {k: v for k, v in self.generation_kwargs.items() if k != "use_cache"}
             logger.warning(
                 "generation_kwargs: use_cache dropped because use_vllm=True: it is an argument of transformers' "

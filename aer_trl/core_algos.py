@@ -321,6 +321,8 @@ def rollout_steps(args) -> int | None:
     """Optimizer steps per rollout batch, `steps_per_generation × num_iterations / gradient_accumulation_steps`, or
     None where a rollout batch ends inside an optimizer step (TRL's own geometry: no boundary to align to). The one
     place this is computed: saves, checkpoints and validation all align to it."""
+    if not hasattr(args, "steps_per_generation"):
+        return 1  # a trainer without rollout batches (TRL's asynchronous GRPO): α moves every optimizer step
     per_rollout = args.steps_per_generation * args.num_iterations
     if per_rollout % args.gradient_accumulation_steps:
         return None

@@ -26,7 +26,8 @@ from .plugins import Registry
 __all__ = ["Method", "TokenBatch", "METHODS", "register_method", "get_method", "methods", "method_title"]
 
 TOKEN_LEVEL_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo")
-BOTH = ("grpo", "rloo")  # the trainer families of the AER methods (`Method.trainers`)
+BOTH = ("grpo", "rloo", "async_grpo")  # the trainer families of the AER methods (`Method.trainers`)
+TRAINER_TITLES = {"grpo": "GRPO", "rloo": "RLOO", "async_grpo": "async GRPO"}
 
 
 @dataclass
@@ -63,8 +64,8 @@ class Method:
     - `trainer`: a class the trainer must be an instance of (an extension's method whose trainer adds what it
       needs, e.g. a mixin); the AER trainer refuses the method otherwise. None: any AER trainer of `trainers`.
     - `trainers`: the TRL trainer families whose loss the method trains on ("grpo": `AERGRPOConfig`, "rloo":
-      `AERRLOOConfig`); a config of another family refuses the method by name. Default: GRPO only (a token hook
-      needs GRPO's per-token loss).
+      `AERRLOOConfig`, "async_grpo": `AERAsyncGRPOConfig`); a config of another family refuses the method by name.
+      Default: GRPO only (a token hook needs GRPO's per-token loss).
     - `recipe`, `lab_recipe`: keys `recipes/make_recipes.py` appends to the paper-scale / laptop-lab recipe;
       `recipe_note`: a comment line for the generated recipe.
     """
@@ -95,7 +96,7 @@ class Method:
 
     def title_for(self, trainer_kind: str) -> str:
         """The title under a trainer family: "AER-GRPO" is "AER-RLOO" on RLOO's loss."""
-        return self.title if trainer_kind == "grpo" else self.title.replace("GRPO", trainer_kind.upper())
+        return self.title if trainer_kind == "grpo" else self.title.replace("GRPO", TRAINER_TITLES[trainer_kind])
 
 
 METHODS: Registry[Method] = Registry(
@@ -207,12 +208,18 @@ for _method in (
     Method("grpo", "plain TRL GRPO (no entropy term)", "GRPO"),
     Method("rloo", "plain TRL RLOO (no entropy term)", "RLOO", trainers=("rloo",)),
     Method(
+        "async_grpo",
+        "plain TRL asynchronous GRPO (trl.experimental.async_grpo; no entropy term)",
+        "GRPO",
+        trainers=("async_grpo",),
+    ),
+    Method(
         "clip_higher",
         "Clip-Higher (DAPO) through TRL's `epsilon_high` (0.28 unless set)",
         "GRPO with Clip-Higher (DAPO)",
         defaults={"epsilon": 0.2, "epsilon_high": 0.28},
         configure=_clip_higher,
-        trainers=("grpo", "rloo"),
+        trainers=BOTH,
         recipe={"epsilon_high": 0.28},
     ),
     Method(

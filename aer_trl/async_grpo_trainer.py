@@ -1,0 +1,281 @@
+"""`AERAsyncGRPOTrainer`: TRL's experimental `AsyncGRPOTrainer` with AER (docs/design.md, "AER under stale rollouts").
+
+TRL's asynchronous GRPO trains on samples a rollout worker drew with a policy up to `max_staleness` versions old,
+packed into rows of a prefix trie; its fused head computes each trained token's entropy with gradient, and only logs
+it. The adapter wires those seams to the AER core (`aer_trl.core`):
+
+- groups: the rollout queue is read a whole group at a time (`GroupedRollouts`), so each sample carries its group's
+  accuracy g(q) (from the correctness reward the worker recorded, `metrics["rewards/<name>"]`) however the planner
+  later splits the group across micro-batches and steps; the collator hands g and the sample's policy version to the
+  loss per trained token;
+- loss: λ_i from g and the α in force *when the sample is trained* (C1); the bonus `mean_i(λ_i · H_i)` over the
+  row's completions, H_i their mean token entropy (with gradient, from the forward TRL's loss ran), scaled for
+  gradient accumulation as TRL scales its loss;
+- controller: the token-weighted entropy of an optimizer step's micro-batches (all processes) is H_t; α moves once
+  per optimizer step (C2 + C3), the version the trainer publishes at each weight sync (`weight_sync_steps` 1);
+- staleness: entropy, λ and sample counts per lag (policy versions between sampling and training), `aer/lag/<k>/*`;
+  `aer_max_lag` keeps older samples out of H_t and the bonus.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import queue
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+with warnings.catch_warnings():  # TRL warns on every import from trl.experimental
+    warnings.simplefilter("ignore")
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
+    from trl.experimental.async_grpo import async_grpo_trainer as trl_async
+
+from .async_grpo_config import AERAsyncGRPOConfig
+from .async_support import peak_flops_per_device, register_tree_attention
+from .callbacks import AERCallback, trainer_callbacks
+from .card import write_model_card
+from .core import AERCore
+from .metrics import log_rollout
+from .resume import ResumeMixin
+
+logger = logging.getLogger(__name__)
+
+GROUP_ACCURACY, SAMPLE_VERSION = "aer/group_accuracy", "sample/model_version"
+
+
+class GroupedRollouts:
+    """The rollout queue, read a whole group at a time: a group's samples are handed on together once
+    `group_size` of them arrived (or, on a timeout, as far as they came), each stamped with its group's accuracy g
+    (`metrics["aer/group_accuracy"]`: the share of its scored samples whose correctness reward is ≥ `threshold`) and
+    its policy version. A sample without the correctness reward, or a correctness reward that is not 0/1, is refused
+    naming what is missing. Drop-in for the queue TRL's `RolloutQueueDataset` reads (`get`, `qsize`, `put_nowait`)."""
+
+    def __init__(self, rollout_queue, group_size: int, correctness_key: str, threshold: float):
+        self.queue = rollout_queue
+        self.group_size = group_size
+        self.key = correctness_key
+        self.threshold = threshold
+        self.pending: dict = collections.OrderedDict()  # group_id -> samples so far
+        self.ready: collections.deque = collections.deque()
+        self.partial_groups = 0
+
+    def qsize(self) -> int:
+        return self.queue.qsize() + len(self.ready) + sum(map(len, self.pending.values()))
+
+    def put_nowait(self, item) -> None:
+        self.queue.put_nowait(item)
+
+    def _stamp(self, samples: list) -> None:
+        values = []
+        for sample in samples:
+            if self.key not in sample.metrics:
+                raise KeyError(
+                    f"aer_correctness_reward: the rollout samples carry no {self.key!r} (they record "
+                    f"{sorted(k for k in sample.metrics if k.startswith('rewards/'))}): name one of those rewards, "
+                    "or have the rollout worker record it as TRL's does (metrics['rewards/<reward name>'])"
+                )
+            value = float(sample.metrics[self.key])
+            if not math.isnan(value) and value not in (0.0, 1.0):
+                raise ValueError(
+                    f"aer_correctness_reward: {self.key!r} is {value}, not 0 or 1: AER's group accuracy needs a "
+                    "binary "
+                    "correctness reward (a shaped or weighted reward belongs in the other reward functions)"
+                )
+            values.append(value >= self.threshold if not math.isnan(value) else math.nan)
+        scored = [v for v in values if not (isinstance(v, float) and math.isnan(v))]
+        g = sum(scored) / len(scored) if scored else math.nan
+        for sample in samples:
+            sample.metrics = {**sample.metrics, GROUP_ACCURACY: g, SAMPLE_VERSION: float(sample.model_version)}
+
+    def _release(self, group_id) -> None:
+        samples = self.pending.pop(group_id)
+        self._stamp(samples)
+        self.ready.extend(samples)
+
+    def get(self, timeout=None):
+        while not self.ready:
+            try:
+                sample = self.queue.get(timeout=timeout)
+            except queue.Empty:
+                if not self.pending:
+                    raise
+                self.partial_groups += 1  # the rest of the oldest group never came in time: hand on what did
+                self._release(next(iter(self.pending)))
+                break
+            self.pending.setdefault(sample.group_id, []).append(sample)
+            if len(self.pending[sample.group_id]) >= self.group_size:
+                self._release(sample.group_id)
+        return self.ready.popleft()
+
+
+class AERCollator(trl_async.DataCollatorForRollout):
+    """TRL's collator, plus each trained token's group accuracy and sampling policy version (`aer_group_accuracy`,
+    `aer_sample_version`, laid out as `token_index`), for the loss."""
+
+    def torch_call(self, examples):
+        batch = super().torch_call(examples)
+        (rows,) = examples
+        width = batch["segment_id"].shape[1]
+        g = torch.full((len(rows), width), math.nan)
+        version = torch.full((len(rows), width), math.nan)
+        for r, row in enumerate(rows):
+            per_sample_g = torch.tensor([s["metrics"].get(GROUP_ACCURACY, math.nan) for s in row.samples])
+            per_sample_v = torch.tensor([s["metrics"].get(SAMPLE_VERSION, math.nan) for s in row.samples])
+            segments = batch["segment_id"][r].clamp(max=len(row.samples) - 1)
+            g[r], version[r] = per_sample_g[segments], per_sample_v[segments]
+        batch["aer_group_accuracy"], batch["aer_sample_version"] = g, version
+        return batch
+
+
+@contextmanager
+def _swapped(module, name: str, value):
+    original = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+class AERAsyncGRPOTrainer(ResumeMixin, AsyncGRPOTrainer):
+    """Asynchronous GRPO with Adaptive Entropy Regularization. Same constructor as TRL's `AsyncGRPOTrainer` (a model
+    path, reward functions, `rollout_worker` / `weight_transfer` to bring one's own); `args` is an
+    `AERAsyncGRPOConfig`. Where FlashAttention-3 cannot load (no CUDA, no Hub), the tree attention runs in torch
+    (`aer_trl.async_support`); `aer_trl.local_rollout` gives a rollout worker that needs no vLLM server."""
+
+    config_class = AERAsyncGRPOConfig
+    _tag_names = ["trl", "async-grpo", "aer", "aer_trl"]
+    _name = "AER-AsyncGRPO"
+
+    def __init__(self, model, reward_funcs=None, args=None, *pos_args, callbacks=None, dataset_name=None,
+                 data_description=None, base_model=None, **kwargs):  # fmt: skip
+        args = self.config_class.for_trainer(args, model)
+        callbacks = trainer_callbacks(args, callbacks)
+        self._aer_callback = next((cb for cb in callbacks if isinstance(cb, AERCallback)), None)
+        self.aer_core = AERCore(args, self._aer_callback)
+        self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
+        self.aer_base_model = base_model
+        self.aer_resume_changes: dict[str, tuple] = {}
+        self._aer_micro = 0
+        self._aer_method = None
+        with _swapped(trl_async, "get_peak_flops_per_device", peak_flops_per_device):
+            super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
+        self.aer_attention = register_tree_attention()  # "fa3", or "torch" where FA3 cannot load
+        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs] if reward_funcs else []
+        names = [getattr(f, "__name__", None) or str(f).split("/")[-1] for f in funcs]
+        if self.aer_core.on:
+            key = self._correctness_key(names)
+            if self.accelerator.is_main_process:
+                self.rollout_queue = GroupedRollouts(
+                    self.rollout_queue, args.num_generations, key, args.aer_correctness_threshold
+                )
+
+    def _correctness_key(self, names: list[str]) -> str:
+        """`rewards/<name>` of the reward that defines correctness: `aer_correctness_reward` by name or index among
+        the reward functions (the first where unset); a name no reward function has is refused (a worker scoring by
+        itself: name its reward)."""
+        spec = self.args.aer_correctness_reward
+        if isinstance(spec, str) and not names:
+            return f"rewards/{spec}"
+        if not names:
+            raise ValueError(
+                "aer_correctness_reward: no reward functions were given (the rollout worker scores by itself): name "
+                "the reward the worker records that defines correctness (metrics['rewards/<name>'])"
+            )
+        self.aer_core.bind_rewards(names)
+        return f"rewards/{names[self.aer_core.correctness_index]}"
+
+    @classmethod
+    def trl_trainer(cls) -> type:
+        return AsyncGRPOTrainer
+
+    @property
+    def aer_callback(self) -> AERCallback:
+        return self.aer_core.controller
+
+    def get_train_dataloader(self):
+        """TRL's, with `AERCollator` (g and the policy version per trained token) where AER is on."""
+        collator = AERCollator if self.aer_core.on else trl_async.DataCollatorForRollout
+        with _swapped(trl_async, "DataCollatorForRollout", collator):
+            return super().get_train_dataloader()
+
+    # ------------------------------------------------------------------------------------------------ loss
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not self.aer_core.on:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        captured = {}
+        inner = self.accelerator.unwrap_model(model)
+        handle = inner.register_forward_hook(lambda module, args, output: captured.__setitem__("output", output))
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            handle.remove()
+        selected = inputs["token_index"] >= 0
+        token_index, segment = inputs["token_index"][selected], inputs["segment_id"][selected]
+        entropy = captured["output"].entropy.flatten()[token_index]  # with gradient, as TRL's loss read it
+        padded, mask, first = _per_completion(entropy, segment)
+        g = inputs["aer_group_accuracy"][selected][first].float().cpu()
+        lag = (self.model_version - inputs["aer_sample_version"][selected][first]).float().cpu()
+        keep = torch.ones_like(lag, dtype=torch.bool)
+        if self.args.aer_max_lag is not None:
+            keep = lag <= self.args.aer_max_lag
+        lam = self.aer_core.lambdas(g) * keep
+        metrics = self._metrics["train"]
+        buckets = log_rollout(metrics, g, lam, self.args.aer_rho)
+        self.aer_core.carried.ran.add("rollout")
+        bonus = self.aer_core.bonus(padded, mask, lam)
+        if bonus is not None:  # TRL's loss is already divided by the accumulation steps
+            loss = loss - bonus / self.current_gradient_accumulation_steps
+        weights = keep.to(mask.dtype).to(mask.device).unsqueeze(1)
+        self.aer_core.measure(padded, mask * weights, torch.where(keep, buckets, -1))
+        self._log_lags(padded.detach(), mask, lag, lam)
+        return loss
+
+    def _log_lags(self, entropies, mask, lag, lam) -> None:
+        seq = ((entropies * mask).sum(-1) / mask.sum(-1).clamp(min=1)).cpu()
+        for k in sorted(set(lag.long().tolist())):
+            members = lag.long() == k
+            self._metrics["train"][f"aer/lag/{k}/samples"].append(float(members.sum()))
+            self._metrics["train"][f"aer/lag/{k}/entropy"].append(float(seq[members].mean()))
+            self._metrics["train"][f"aer/lag/{k}/lambda"].append(float(lam[members].mean()))
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._aer_micro += 1
+        if self.aer_core.on and self._aer_micro % self.current_gradient_accumulation_steps == 0:
+            self.aer_core.finish_iteration(
+                lambda t: self.accelerator.reduce(t, reduction="sum"),
+                self.accelerator.device,
+                self._metrics["train"],
+                self.callback_handler.callbacks,
+            )
+        return loss
+
+    # ------------------------------------------------------------------------------------------------ card, logs
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
+        write_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.aer_core.on and not any(key.startswith("eval_") for key in logs):
+            self.aer_core.fill_logs(logs, self._metrics["train"])
+        super().log(logs, start_time)
+
+
+def _per_completion(entropy: torch.Tensor, segment: torch.Tensor):
+    """A row's trained-token entropies (M,) laid out per completion: (S, L) padded, its mask, and each completion's
+    first token's index into the M (for per-completion values given per token). `segment`: each token's completion
+    (non-decreasing, as TRL packs them)."""
+    full = torch.bincount(segment)
+    present = full > 0
+    count = full[present]
+    starts = torch.cumsum(count, 0) - count
+    remap = torch.cumsum(present.long(), 0) - 1  # completion ids without gaps
+    seg = remap[segment]
+    position = torch.arange(segment.numel(), device=segment.device) - starts[seg]
+    padded = entropy.new_zeros(len(count), int(count.max()))
+    padded = padded.index_put((seg, position), entropy)
+    mask = torch.zeros_like(padded, dtype=entropy.dtype).index_put((seg, position), torch.ones_like(entropy))
+    return padded, mask, starts

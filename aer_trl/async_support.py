@@ -1,0 +1,101 @@
+"""TRL's asynchronous GRPO (`trl.experimental.async_grpo`) on a machine without FlashAttention-3 or CUDA, written so
+it could be proposed to TRL as its CPU and test path:
+
+- `tree_attention_sdpa`: the tree attention of TRL's packed rows (each segment of a prefix trie attends to the K/V of
+  its root-to-segment path, causally) in plain torch, used by itself where the FA3 kernel cannot load
+  (`register_tree_attention`); tests/test_async_grpo.py checks it against a dense causal attention on the same rows;
+- `peak_flops_per_device`: TRL's MFU estimate asks CUDA for the device's name even on a CPU (`torch.cuda.
+  get_device_name` raises there); off CUDA there is no peak to divide by, and MFU is simply not logged.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def tree_attention_sdpa(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    *,
+    tree_kv_index,
+    tree_cu_seqlens_q,
+    tree_cu_seqlens_k,
+    tree_max_seqlen_q=None,
+    tree_max_seqlen_k=None,
+    scaling=None,
+    sliding_window=None,
+    softcap=None,
+    **kwargs,
+):
+    """TRL's `tree_attention` without FA3: for each segment s, queries `query[cu_q[s]:cu_q[s+1]]` attend to the keys
+    and values at `tree_kv_index[cu_k[s]:cu_k[s+1]]` (the segment's root-to-segment path, ending with the segment
+    itself), causally aligned at the end (FA's varlen `causal=True`: query i of Lq sees keys j <= i + Lk - Lq). Same
+    arguments and return as TRL's (`(1, N, H, D)` output, no weights). Shapes in: (1, H, N, D) for q, (1, Hkv, N, D)
+    for k and v, as transformers' attention interface passes them."""
+    q = query[0].transpose(0, 1)  # (N, H, D)
+    k = key[0].transpose(0, 1).index_select(0, tree_kv_index)  # (K, Hkv, D)
+    v = value[0].transpose(0, 1).index_select(0, tree_kv_index)
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if kv_heads != heads:  # grouped-query attention
+        k, v = k.repeat_interleave(heads // kv_heads, dim=1), v.repeat_interleave(heads // kv_heads, dim=1)
+    scale = scaling if scaling is not None else q.shape[-1] ** -0.5
+    out = torch.empty_like(q)
+    cu_q, cu_k = tree_cu_seqlens_q.tolist(), tree_cu_seqlens_k.tolist()
+    for s in range(len(cu_q) - 1):
+        qs = q[cu_q[s] : cu_q[s + 1]].transpose(0, 1)  # (H, Lq, D)
+        ks, vs = (x[cu_k[s] : cu_k[s + 1]].transpose(0, 1) for x in (k, v))  # (H, Lk, D)
+        lq, lk = qs.shape[1], ks.shape[1]
+        scores = (qs.float() @ ks.float().transpose(-1, -2)) * scale
+        if softcap:
+            scores = softcap * torch.tanh(scores / softcap)
+        i = torch.arange(lq, device=q.device).unsqueeze(1) + (lk - lq)
+        j = torch.arange(lk, device=q.device).unsqueeze(0)
+        allowed = j <= i
+        if sliding_window:
+            allowed &= j > i - sliding_window
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        out[cu_q[s] : cu_q[s + 1]] = (scores.softmax(-1) @ vs.float()).to(q.dtype).transpose(0, 1)
+    return out.unsqueeze(0), None
+
+
+def flash_attention_3_available() -> bool:
+    """Whether TRL's tree attention can load its FA3 kernel: a CUDA device and the Hub kernel (cached or reachable)."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        from trl.experimental.async_grpo.packing import _flash_attn
+
+        _flash_attn()
+    except Exception as error:  # no `kernels` package, no network, an older GPU
+        logger.info("FlashAttention-3 for tree attention is unavailable (%s): using the torch fallback", error)
+        return False
+    return True
+
+
+def register_tree_attention() -> str:
+    """Registers TRL's tree attention under TRL's name: FA3 where it loads, else `tree_attention_sdpa`. Returns which
+    ("fa3" / "torch")."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    from trl.experimental.async_grpo.packing import TREE_ATTENTION, tree_attention
+
+    fa3 = flash_attention_3_available()
+    AttentionInterface.register(TREE_ATTENTION, tree_attention if fa3 else tree_attention_sdpa)
+    AttentionMaskInterface.register(TREE_ATTENTION, lambda **kwargs: None)
+    return "fa3" if fa3 else "torch"
+
+
+def peak_flops_per_device(accelerator, dtype: str) -> float | None:
+    """TRL's `get_peak_flops_per_device`, None off CUDA (where TRL's asks `torch.cuda` for a device name and fails)."""
+    if accelerator.device.type != "cuda":
+        return None
+    from trl.trainer.utils import get_peak_flops_per_device
+
+    return get_peak_flops_per_device(accelerator, dtype)

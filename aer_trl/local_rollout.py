@@ -1,0 +1,226 @@
+"""A rollout worker for TRL's asynchronous GRPO that needs no vLLM server and no GPU, written so it could be proposed
+to TRL as its CPU and test path: `LocalRolloutWorker` implements TRL's `RolloutWorkerProtocol` (it samples groups of
+completions with its own copy of the policy in a background thread, scores them with the reward functions and queues
+`RolloutSample`s tagged with the policy version that sampled them), and `LocalWeightTransfer` implements TRL's
+`WeightTransferProtocol` (each sync copies the trainer's weights into the worker's copy). Generation runs while the
+trainer trains, so the samples the trainer takes are up to `max_staleness` versions old: real staleness on a laptop.
+
+Sampling is a plain token loop with a KV cache and a seeded `torch.Generator` of the worker's own (the trainer's
+random state is never touched); each token's log-probability is taken at the sampling temperature, as TRL's fused
+head scores it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import queue
+import threading
+import time
+import warnings
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def _rollout_sample_class():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
+    return RolloutSample
+
+
+class LocalRolloutWorker:
+    """Samples `num_generations` completions per prompt of `dataset` (cycled, in a seeded order) with `model` (its own
+    copy, updated by `LocalWeightTransfer`), scores them with `reward_funcs` (TRL's signature: `prompts`,
+    `completions`, `completion_ids` and the dataset's other columns as keyword arguments) and puts one
+    `RolloutSample` per completion on `rollout_buffer`, with TRL's advantage (the group's rewards standardised)."""
+
+    def __init__(
+        self,
+        model,
+        processing_class,
+        dataset,
+        reward_funcs,
+        num_generations: int,
+        max_completion_length: int,
+        temperature: float = 1.0,
+        seed: int = 0,
+        queue_maxsize: int = 64,
+        reward_func_names: list[str] | None = None,
+    ):
+        self.model = model.eval()
+        self.tokenizer = processing_class
+        self.dataset = dataset
+        self.reward_funcs = list(reward_funcs)
+        self.reward_func_names = reward_func_names or [getattr(f, "__name__", str(f)) for f in self.reward_funcs]
+        self.num_generations = num_generations
+        self.max_completion_length = max_completion_length
+        self.temperature = temperature
+        self.generator = torch.Generator().manual_seed(seed)
+        self.order = np.random.default_rng(seed)
+        self.rollout_buffer: queue.Queue = queue.Queue(maxsize=queue_maxsize)
+        self.metrics_queue: queue.Queue = queue.Queue()
+        self.model_version = 0  # the version of the weights in `model` (set by the weight transfer)
+        self.lock = threading.Lock()  # held while sampling and while weights are copied in
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._last_put = time.monotonic()
+        self.groups = 0
+
+    # -- RolloutWorkerProtocol ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="aer-local-rollouts", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def update_model_version(self, model_version: int) -> None:
+        pass  # the version is set with the weights themselves (LocalWeightTransfer), so a sample never mislabels it
+
+    def check_health(self, stale_after_s: float) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"the local rollout worker failed: {self._error!r}") from self._error
+        if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
+            raise RuntimeError("the local rollout worker stopped")
+        if time.monotonic() - self._last_put > stale_after_s:
+            raise RuntimeError(f"the local rollout worker produced nothing for {stale_after_s:.0f} s")
+
+    # -- generation ---------------------------------------------------------------------------------------------
+    def _prompts(self):
+        for epoch in itertools.count():
+            for index in self.order.permutation(len(self.dataset)):
+                yield epoch, self.dataset[int(index)]
+
+    def _prompt_ids(self, prompt) -> list[int]:
+        if isinstance(prompt, list):  # conversational
+            ids = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+            return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    @torch.no_grad()
+    def sample(self, prompt_ids: list[int]) -> tuple[list[list[int]], list[list[float]]]:
+        """`num_generations` completions of one prompt and each token's log-probability at the temperature."""
+        declared = self.model.generation_config.eos_token_id
+        declared = [declared] if isinstance(declared, int) else list(declared or [])
+        eos = {self.tokenizer.eos_token_id, *declared} - {None}
+        n = self.num_generations
+        ids = torch.tensor([prompt_ids] * n)
+        out = self.model(input_ids=ids, use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1]
+        tokens, logps = [[] for _ in range(n)], [[] for _ in range(n)]
+        done = torch.zeros(n, dtype=torch.bool)
+        for _ in range(self.max_completion_length):
+            logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
+            nxt = torch.multinomial(logp.exp(), 1, generator=self.generator).squeeze(1)
+            for i in range(n):
+                if not done[i]:
+                    tokens[i].append(int(nxt[i]))
+                    logps[i].append(float(logp[i, nxt[i]]))
+                    done[i] = int(nxt[i]) in eos
+            if bool(done.all()):
+                break
+            out = self.model(input_ids=nxt.unsqueeze(1), past_key_values=past, use_cache=True)
+            past, logits = out.past_key_values, out.logits[:, -1]
+        return tokens, logps
+
+    def make_samples(self, row, group_id: int) -> list:
+        """One group: sample, score, standardise, as `RolloutSample`s."""
+        prompt_ids = self._prompt_ids(row["prompt"])
+        with self.lock:
+            version = self.model_version
+            tokens, logps = self.sample(prompt_ids)
+        texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
+        conversational = isinstance(row["prompt"], list)
+        completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+        extra = {k: [v] * len(texts) for k, v in row.items() if k not in ("prompt", "completion")}
+        per_func = []
+        for func in self.reward_funcs:
+            prompts = [row["prompt"]] * len(texts)
+            values = func(prompts=prompts, completions=completions, completion_ids=tokens, **extra)
+            per_func.append([math.nan if v is None else float(v) for v in values])
+        per_func = np.array(per_func, dtype=float).reshape(len(self.reward_funcs), len(texts))
+        rewards = np.nansum(per_func, axis=0) if len(per_func) else np.zeros(len(texts))
+        rewards[np.isnan(per_func).all(axis=0)] = math.nan
+        advantages = np.zeros_like(rewards)
+        scored = ~np.isnan(rewards)
+        if scored.any():
+            advantages[scored] = (rewards[scored] - rewards[scored].mean()) / (rewards[scored].std() + 1e-8)
+        reward_std = float(rewards[scored].std()) if scored.any() else math.nan
+        RolloutSample = _rollout_sample_class()
+        samples = []
+        for i, (toks, lps) in enumerate(zip(tokens, logps, strict=True)):
+            metrics = {"reward": float(rewards[i]), "reward_std": reward_std}
+            metrics.update({f"rewards/{n}": float(per_func[j, i]) for j, n in enumerate(self.reward_func_names)})
+            samples.append(
+                RolloutSample(
+                    prompt=row["prompt"],
+                    completion=completions[i],
+                    input_ids=np.asarray(prompt_ids + toks, dtype=np.int64),
+                    completion_mask=np.asarray([0] * len(prompt_ids) + [1] * len(toks), dtype=np.int64),
+                    old_log_probs=np.asarray([0.0] * len(prompt_ids) + lps, dtype=np.float32),
+                    advantage=float(advantages[i]),
+                    model_version=version,
+                    group_id=group_id,
+                    metrics=metrics,
+                    enqueued_at=time.time(),
+                )
+            )
+        return samples
+
+    def _run(self) -> None:
+        try:
+            for _, row in self._prompts():
+                if self._stop.is_set():
+                    return
+                samples = self.make_samples(row, self.groups)
+                self.groups += 1
+                for sample in samples:  # a group's samples go on the queue together, in order
+                    while not self._stop.is_set():
+                        try:
+                            self.rollout_buffer.put(sample, timeout=0.5)
+                            self._last_put = time.monotonic()
+                            break
+                        except queue.Full:
+                            continue
+        except BaseException as error:  # reported by check_health on the trainer's side
+            self._error = error
+            logger.exception("local rollout worker failed")
+
+
+class LocalWeightTransfer:
+    """TRL's `WeightTransferProtocol` for a `LocalRolloutWorker`: each sync copies the trainer's parameters (by name)
+    into the worker's copy while it holds the worker's lock (no sample is drawn with half-copied weights), and sets
+    the version that its next samples carry."""
+
+    def __init__(self, worker: LocalRolloutWorker):
+        self.worker = worker
+        self.syncs = 0
+
+    def init_weight_transfer(self) -> None:
+        pass
+
+    def pause(self) -> None:
+        self.worker.lock.acquire()
+
+    def send_weights(self, iterator) -> None:
+        params = dict(self.worker.model.named_parameters())
+        for name, tensor in iterator:
+            if name not in params:
+                raise KeyError(f"weight sync: the worker's model has no parameter {name!r}")
+            params[name].data.copy_(tensor.detach().to(params[name].device, params[name].dtype))
+
+    def resume(self) -> None:
+        self.syncs += 1
+        self.worker.model_version = self.syncs  # TRL's trainer counts its versions alike: 1 after the cold sync
+        self.worker.lock.release()
+
+    def destroy(self) -> None:
+        pass

@@ -1,0 +1,192 @@
+"""AER on TRL's asynchronous GRPO, on CPU: the tree attention's torch fallback against a dense causal attention, λ from
+whole groups however the planner splits them, the loss = TRL's − mean(λ·H) on packed rows, α once per optimizer step
+under real staleness (a local rollout worker), and bad input refused by name."""
+
+import math
+import os
+import queue
+
+import pytest
+import torch
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from transformers import AutoModelForCausalLM  # noqa: E402
+from trl.experimental.async_grpo import AsyncGRPOTrainer  # noqa: E402
+from trl.experimental.async_grpo.packing import TreeRow  # noqa: E402
+
+from aer_trl import AERAsyncGRPOConfig, AERAsyncGRPOTrainer  # noqa: E402
+from aer_trl.async_grpo_trainer import AERCollator, GroupedRollouts  # noqa: E402
+from aer_trl.async_support import register_tree_attention  # noqa: E402
+from aer_trl.local_rollout import LocalRolloutWorker, LocalWeightTransfer  # noqa: E402
+from tests import helpers  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tokenizer):
+    return helpers.save_model(tokenizer, tmp_path_factory.mktemp("async") / "model")
+
+
+def config(tmp_path, **overrides) -> AERAsyncGRPOConfig:
+    kwargs = dict(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=4, num_generations=4,
+        max_completion_length=8, max_steps=4, token_budget=0, logging_steps=1, report_to="none",
+        gradient_checkpointing=False, learning_rate=1e-2, save_strategy="no", disable_tqdm=True,
+    )  # fmt: skip
+    return AERAsyncGRPOConfig(**{**kwargs, **overrides})
+
+
+def build(tmp_path, tokenizer, model_dir, rewards, **overrides):
+    worker = LocalRolloutWorker(
+        AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, helpers.make_dataset(), rewards,
+        num_generations=4, max_completion_length=8, seed=0,
+    )  # fmt: skip
+    args = config(tmp_path, **overrides)
+    trainer = AERAsyncGRPOTrainer(
+        model=model_dir, reward_funcs=rewards, args=args, train_dataset=helpers.make_dataset(),
+        processing_class=tokenizer, rollout_worker=worker, weight_transfer=LocalWeightTransfer(worker),
+    )  # fmt: skip
+    return trainer, worker
+
+
+def sample_dict(sample):
+    """A queued `RolloutSample` as TRL's `RolloutQueueDataset` yields it to the planner."""
+    return {k: getattr(sample, k) for k in ("input_ids", "completion_mask", "old_log_probs", "advantage", "group_id",
+                                            "metrics")}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------- the CPU path
+def test_the_torch_tree_attention_is_a_causal_attention_along_each_samples_path(model_dir, tokenizer):
+    """Three samples sharing a prompt (and two a longer prefix) packed into one trie row: through the torch fallback,
+    every trained token's log-probability is the one a plain causal forward of its sample alone gives."""
+    assert register_tree_attention() == "torch"  # no CUDA here: the fallback is registered under TRL's name
+    tree = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="tree_fa3").eval()
+    dense = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa").eval()
+    prompt = tokenizer("12+3=", add_special_tokens=False)["input_ids"]
+    completions = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in ("15", "1x5", "1x7y", "9")]
+    row = TreeRow()
+    for c in completions:
+        ids = prompt + c
+        row.add({"input_ids": torch.tensor(ids), "completion_mask": torch.tensor([0] * len(prompt) + [1] * len(c)),
+                 "old_log_probs": torch.zeros(len(ids)), "advantage": 0.0, "group_id": 0, "metrics": {}})  # fmt: skip
+    packed = row.pack()
+    assert packed["input_ids"].numel() < sum(len(prompt) + len(c) for c in completions)  # shared tokens forwarded once
+    with torch.no_grad():
+        logits = tree(
+            input_ids=packed["input_ids"].unsqueeze(0), position_ids=packed["position_ids"].unsqueeze(0),
+            tree_kv_index=packed["tree_kv_index"], tree_cu_seqlens_q=packed["tree_cu_seqlens_q"],
+            tree_cu_seqlens_k=packed["tree_cu_seqlens_k"], tree_max_seqlen_q=int(packed["tree_max_seqlens"][0]),
+            tree_max_seqlen_k=int(packed["tree_max_seqlens"][1]),
+        ).logits[0]  # fmt: skip
+        got = torch.log_softmax(logits.float(), -1)[packed["token_index"], packed["input_ids"].new_tensor(
+            [ids for c in completions for ids in c])]  # fmt: skip
+        want = []
+        for c in completions:
+            ids = torch.tensor([prompt + c])
+            lp = torch.log_softmax(dense(input_ids=ids).logits[0].float(), -1)
+            want += [lp[len(prompt) - 1 + t, c[t]] for t in range(len(c))]
+    torch.testing.assert_close(got, torch.stack(want), rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_rollouts_stamp_each_sample_with_its_whole_groups_accuracy():
+    """λ needs g(q) of the whole group however the planner later splits it: the queue is read a group at a time,
+    each sample stamped with g and its policy version; a group cut short by a timeout goes on as it came."""
+    from types import SimpleNamespace
+
+    def sample(group, correct, version=3):
+        return SimpleNamespace(group_id=group, model_version=version, metrics={"rewards/ok": correct})
+
+    source = queue.Queue()
+    for s in [sample(7, 1.0), sample(7, 0.0), sample(7, 0.0), sample(7, float("nan")), sample(8, 1.0)]:
+        source.put(s)
+    grouped = GroupedRollouts(source, group_size=4, correctness_key="rewards/ok", threshold=0.5)
+    first = [grouped.get(timeout=0.01) for _ in range(4)]
+    assert [s.metrics["aer/group_accuracy"] for s in first] == [1 / 3] * 4  # the unscored one left out of g
+    assert all(s.metrics["sample/model_version"] == 3.0 for s in first)
+    partial = grouped.get(timeout=0.01)  # group 8 never completes: handed on as far as it came
+    assert partial.metrics["aer/group_accuracy"] == 1.0 and grouped.partial_groups == 1
+    with pytest.raises(queue.Empty):
+        grouped.get(timeout=0.01)
+    source.put(sample(9, 0.5))
+    with pytest.raises(ValueError, match=r"'rewards/ok' is 0.5, not 0 or 1: AER's group accuracy needs a binary"):
+        GroupedRollouts(source, 1, "rewards/ok", 0.5).get(timeout=0.01)
+    source.put(SimpleNamespace(group_id=1, model_version=0, metrics={"rewards/other": 1.0}))
+    with pytest.raises(KeyError, match=r"carry no 'rewards/ok' \(they record \['rewards/other'\]\)"):
+        GroupedRollouts(source, 1, "rewards/ok", 0.5).get(timeout=0.01)
+
+
+# ----------------------------------------------------------------------------------------- the loss
+def test_the_loss_is_trls_minus_mean_lambda_entropy_on_packed_rows(tmp_path, tokenizer, model_dir):
+    """On a packed row (two groups, one solved, one not), AER's loss is TRL's minus mean_i(λ_i·H_i), H_i the mean
+    token entropy of completion i, λ_i from its group's accuracy and the α of now; its gradient is TRL's plus the
+    bonus's."""
+    trainer, worker = build(tmp_path, tokenizer, model_dir, [helpers.even_length_reward], aer_alpha_init=0.4)
+    samples = worker.make_samples(helpers.make_dataset()[0], 0) + worker.make_samples(helpers.make_dataset()[1], 1)
+    for s in samples[:4]:
+        s.metrics["rewards/even_length_reward"] = 0.0  # group 0 unsolved: g = 0
+    source = queue.Queue()
+    for s in samples:
+        source.put(s)
+    grouped = GroupedRollouts(source, 4, "rewards/even_length_reward", 0.5)
+    row = TreeRow()
+    for _ in range(8):
+        row.add(sample_dict(grouped.get(timeout=0.01)))
+    batch = AERCollator(tokenizer.pad_token_id, 1)([[row]])
+    model = trainer.model
+    model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    trainer.model_version = 0
+    aer = trainer.compute_loss(model, batch)
+    g_aer = helpers.grads(model, aer)
+    trl = AsyncGRPOTrainer.compute_loss(trainer, model, batch)
+    g_trl = helpers.grads(model, trl)
+    dense = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa")
+    dense.load_state_dict(model.state_dict())
+    g = torch.tensor([s.metrics["aer/group_accuracy"] for s in samples])
+    lam = 0.4 * torch.clamp(0.2 - g, min=0) / (0.2 + 1e-8)
+    entropies = []
+    for s in samples:
+        ids = torch.tensor(s.input_ids).unsqueeze(0)
+        logp = torch.log_softmax(dense(input_ids=ids).logits[0, :-1].float(), -1)
+        h = -(logp.exp() * logp).sum(-1)[torch.tensor(s.completion_mask[1:]).bool()]
+        entropies.append(h.mean())
+    bonus = (lam * torch.stack(entropies)).mean()
+    assert lam[:4].tolist() == pytest.approx([0.4] * 4) and lam[4:].eq(0).all()  # the unsolved group only
+    torch.testing.assert_close(aer, trl - bonus, rtol=1e-4, atol=1e-5)
+    g_bonus = helpers.grads(dense, -bonus)
+    assert any(v.abs().sum() > 0 for v in g_bonus.values())
+    for name in g_trl:
+        torch.testing.assert_close(g_aer[name], g_trl[name] + g_bonus[name], rtol=1e-3, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------- training
+def test_aer_trains_async_on_cpu_alpha_per_step_and_telemetry_by_lag(tmp_path, tokenizer, model_dir):
+    """A local rollout worker samples while the trainer trains (real staleness); every group is unsolved (a reward
+    never correct), τ = 2 puts the entropy below H*: α rises by η at every optimizer step, λ = α on every sample,
+    and the logs hold entropy, λ and sample counts by lag."""
+    rewards = [helpers.digit_count_reward, helpers.always_wrong]
+    trainer, worker = build(
+        tmp_path, tokenizer, model_dir, rewards, aer_correctness_reward="always_wrong", aer_tau=2.0, aer_eta=0.05,
+        max_steps=5,
+    )  # fmt: skip
+    assert trainer.aer_attention == "torch"
+    try:
+        trainer.train()
+    finally:
+        worker.stop()
+    alphas = [h["alpha"] for h in trainer.aer_callback.controller.history]
+    assert alphas == pytest.approx([0.05, 0.1, 0.15, 0.2, 0.25])  # H0 from step 1, α moves once per step
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 5 and all(h["aer/hard_fraction"] == 1.0 for h in logs)
+    assert logs[-1]["aer/lambda_mean"] == pytest.approx(logs[-2]["aer/alpha"])  # λ = α in force when trained
+    lags = {k for h in logs for k in h if k.startswith("aer/lag/") and k.endswith("/samples")}
+    assert lags and max(int(k.split("/")[2]) for k in lags) >= 1  # stale samples were trained, and counted
+    assert (tmp_path / "metrics.jsonl").is_file()
+
+
+def test_a_correctness_reward_that_names_no_reward_function_is_refused(tmp_path, tokenizer, model_dir):
+    with pytest.raises(ValueError, match=r"aer_correctness_reward='nope' is not one of the reward functions"):
+        build(tmp_path, tokenizer, model_dir, [helpers.even_length_reward], aer_correctness_reward="nope")
+    with pytest.raises(ValueError, match="method='ent_adv' does not train with AERAsyncGRPOConfig"):
+        config(tmp_path, method="ent_adv")
+    assert math.isclose(config(tmp_path, method="clip_higher").epsilon_high, 0.28)
