@@ -27,6 +27,14 @@ class AERAsyncGRPOConfig(AERArguments, AsyncGRPOConfig):
     trainer_name: ClassVar[str] = "AERAsyncGRPOTrainer"
     default_run_suffix: ClassVar[str] = "AER-AsyncGRPO"
 
+    local_rollouts: bool = field(
+        default=False,
+        metadata={
+            "help": "Sample with a copy of the policy in a background thread of this process "
+            "(aer_trl.local_rollout.LocalRolloutWorker, transformers' forward, weights copied at every sync) instead "
+            "of TRL's vLLM server: the CPU and test path. Ignored where a rollout_worker is passed to the trainer."
+        },
+    )
     aer_max_lag: int | None = field(
         default=None,
         metadata={

@@ -100,10 +100,9 @@ class LocalRolloutWorker:
                 yield epoch, self.dataset[int(index)]
 
     def _prompt_ids(self, prompt) -> list[int]:
-        if isinstance(prompt, list):  # conversational
-            ids = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
-            return list(ids["input_ids"] if isinstance(ids, dict) else ids)
-        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if isinstance(prompt, list):  # conversational: the template's text, its special tokens included (as TRL)
+            prompt = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
     @torch.no_grad()
     def sample(self, prompt_ids: list[int]) -> tuple[list[list[int]], list[list[float]]]:

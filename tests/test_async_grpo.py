@@ -190,3 +190,36 @@ def test_a_correctness_reward_that_names_no_reward_function_is_refused(tmp_path,
     with pytest.raises(ValueError, match="method='ent_adv' does not train with AERAsyncGRPOConfig"):
         config(tmp_path, method="ent_adv")
     assert math.isclose(config(tmp_path, method="clip_higher").epsilon_high, 0.28)
+
+
+@pytest.mark.slow
+@pytest.mark.real
+def test_the_cpu_async_recipe_trains_by_name(tmp_path, monkeypatch):
+    """`aer-train --config smollm2_135m_instruct/gsm8k/aer_async`: SmolLM2-135M-Instruct (the wheel's GGUF) on GSM8K
+    through TRL's asynchronous GRPO on this CPU, sampled by the local worker: AER's controller and lag telemetry."""
+    from aer_trl.app.run import main
+    from aer_trl.metrics import read_metrics
+
+    monkeypatch.chdir(tmp_path)
+    trainer = main(
+        [
+            "--config",
+            "smollm2_135m_instruct/gsm8k/aer_async",
+            "--output_dir",
+            "run",
+            "--max_steps",
+            "2",
+            "--num_generations",
+            "2",
+            "--per_device_train_batch_size",
+            "2",
+            "--max_completion_length",
+            "8",
+        ]
+    )
+    trainer.rollout_worker.stop()
+    assert isinstance(trainer, AERAsyncGRPOTrainer) and trainer.aer_attention == "torch"
+    logs = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "loss" in r]
+    assert len(logs) == 2 and all("aer/alpha" in r and "aer/entropy" in r for r in logs)
+    assert any(k.startswith("aer/lag/") for r in logs for k in r)
+    assert "AER-async GRPO" in (tmp_path / "run" / "README.md").read_text()

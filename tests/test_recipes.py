@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from trl import TrlParser
 
-from aer_trl import AERGRPOConfig, AERRLOOConfig
+from aer_trl import AERRLOOConfig
 from aer_trl.app.resources import recipe_path, recipes_dir
 from aer_trl.app.training import parse_recipe
 from aer_trl.methods import get_method
@@ -27,13 +27,10 @@ def parse(path, *extra):
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_recipe_loads_in_strict_mode(recipe):
     script, training_args, _ = parse(recipe)
-    rloo = recipe.stem == "aer_rloo"
-    assert isinstance(training_args, AERRLOOConfig if rloo else AERGRPOConfig)
-    assert script.trainer == ("rloo" if rloo else "grpo")
-    if recipe.stem in (
-        "aer",
-        "aer_rloo",
-    ):  # the recommended AER settings may name a registry variant of AER (e.g. aer_cap)
+    kind = {"aer_rloo": "rloo", "aer_async": "async_grpo"}.get(recipe.stem, "grpo")
+    assert type(training_args).trainer_kind == kind and script.trainer == kind
+    # the recommended AER settings may name a registry variant of AER (e.g. aer_cap)
+    if recipe.stem in ("aer", "aer_rloo", "aer_async"):
         assert get_method(training_args.method).aer
     else:
         assert training_args.method == recipe.stem
@@ -49,7 +46,7 @@ PAPER_SETTINGS = {
 
 
 def test_paper_recipes_carry_the_papers_hyperparameters():
-    paper = [r for r in RECIPES if r.parts[-3] in PAPER_SETTINGS and r.stem in ("aer", "aer_rloo")]
+    paper = [r for r in RECIPES if r.parts[-3] in PAPER_SETTINGS and r.stem in ("aer", "aer_rloo")]  # synchronous
     assert len(paper) == 7
     for recipe in paper:
         _, args, model = parse(recipe)
@@ -78,7 +75,9 @@ def test_the_appendix_rows_have_recipes_with_their_models_needs(method):
 
 
 @pytest.mark.parametrize(
-    "recipe", [r for r in RECIPES if r.parts[-3] in PAPER_SETTINGS], ids=lambda p: p.parts[-3] + "/" + p.name
+    "recipe",
+    [r for r in RECIPES if r.parts[-3] in PAPER_SETTINGS and r.stem != "aer_async"],  # async: a vLLM server, below
+    ids=lambda p: p.parts[-3] + "/" + p.name,
 )
 def test_paper_recipes_have_a_budget_and_validate_through_vllm(recipe):
     """Every paper-scale recipe (AER and its generated baselines): a bounded run, validation at the paper's cadence
@@ -100,7 +99,7 @@ def test_a_recipe_picks_its_trainer_and_wrong_trainer_settings_are_refused_by_na
     with pytest.raises(ValueError, match=r"normalize_advantages: a setting of AERRLOOConfig \(trainer: rloo\), not of "
                        r"AERGRPOConfig \(trainer: grpo\).*set trainer: rloo"):  # fmt: skip
         parse(rloo, "--trainer", "grpo")  # the flag overrides the recipe's key
-    with pytest.raises(ValueError, match=r"trainer: 'rlo' is not an AER trainer; accepted: \['grpo', 'rloo'\] "
+    with pytest.raises(ValueError, match=r"trainer: 'rlo' is not an AER trainer; accepted: \['async_grpo', 'grpo', 'rloo'\] "
                        r"\(did you mean 'rloo'\?\)"):  # fmt: skip
         parse(rloo, "--trainer", "rlo")
     with pytest.raises(ValueError, match="method='ent_adv' does not train with AERRLOOConfig"):
@@ -109,6 +108,17 @@ def test_a_recipe_picks_its_trainer_and_wrong_trainer_settings_are_refused_by_na
     grpo_keys.write_text("method: aer\ntrainer: rloo\noutput_dir: out\nloss_type: dapo\n")
     with pytest.raises(ValueError, match=r"loss_type: a setting of AERGRPOConfig \(trainer: grpo\), not of AERRLOOCo"):
         parse(grpo_keys)
+
+
+def test_the_async_recipes_sample_from_a_worker_with_the_papers_settings():
+    """`aer_async`: the paper's AER settings on TRL's asynchronous GRPO; on CPU a local rollout worker (no server), on
+    GPUs a vLLM server; none of the synchronous trainers' generation keys."""
+    _, cpu, _ = parse(recipes_dir() / "smollm2_135m_instruct" / "gsm8k" / "aer_async.yaml")
+    assert cpu.local_rollouts and cpu.max_staleness == 4 and cpu.token_budget == 0
+    _, gpu, model = parse(recipes_dir() / "qwen3_4b_base" / "deepscaler" / "aer_async.yaml")
+    assert not gpu.local_rollouts and gpu.vllm_server_base_url == "http://localhost:8000"
+    assert (gpu.aer_rho, gpu.aer_tau, gpu.aer_eta, gpu.learning_rate) == (0.2, 0.4, 0.005, 1e-6)
+    assert model.model_name_or_path == "Qwen/Qwen3-4B-Base" and model.dtype == gpu.dtype == "bfloat16"
 
 
 def test_unknown_recipe_key_is_refused(tmp_path):

@@ -1,7 +1,7 @@
-"""Which AER trainer a recipe trains with: its `trainer:` key (`grpo`, the default, or `rloo`) picks the config class
-the recipe is parsed into and the trainer `aer-train` / `recipes/train.py` build. A value that is not a trainer, or a
-key that only the other trainer's config has, is refused before anything is built, naming the field and what is
-accepted."""
+"""Which AER trainer a recipe trains with: its `trainer:` key (`grpo`, the default, `rloo` or `async_grpo`) picks the
+config class the recipe is parsed into and the trainer `aer-train` / `recipes/train.py` build. A value that is not a
+trainer, or a key that only another trainer's config has, is refused before anything is built, naming the field and
+what is accepted."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import yaml
 TRAINERS = {
     "grpo": ("config:AERGRPOConfig", "trainer:AERGRPOTrainer"),
     "rloo": ("rloo_config:AERRLOOConfig", "rloo_trainer:AERRLOOTrainer"),
+    "async_grpo": ("async_grpo_config:AERAsyncGRPOConfig", "async_grpo_trainer:AERAsyncGRPOTrainer"),
 }
 
 
@@ -73,11 +74,12 @@ def recipe_trainer(argv: list[str]) -> str:
     return check_kind(str(recipe_keys(argv).get("trainer", "grpo")))
 
 
-def check_recipe_for(argv: list[str], config_class: type) -> None:
+def check_recipe_for(argv: list[str], config_class: type, also_known=()) -> None:
     """Refuses a key of a recipe (or flag) that is a field of another AER trainer's config but not of `config_class`
     (RLOO's `normalize_advantages` in a GRPO recipe, GRPO's `loss_type` in an RLOO one), naming it and the trainer
-    that has it; the other unknown keys are left to TRL's parser, which refuses them too."""
-    own = {f.name for f in fields(config_class)}
+    that has it; the other unknown keys are left to TRL's parser, which refuses them too. `also_known`: the recipe's
+    other argument classes (the script's, TRL's `ModelConfig`), whose keys are this recipe's too."""
+    own = {f.name for c in (config_class, *also_known) for f in fields(c)}
     for kind in TRAINERS:
         other = config_class_for(kind)
         if other.trainer_kind == config_class.trainer_kind:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from pathlib import Path
 
 from ..callbacks import AERCallback, replace_progress_bar
@@ -41,8 +41,9 @@ class AERScriptArguments(PromptArguments):
     trainer: str = field(
         default="grpo",
         metadata={
-            "help": "Which AER trainer trains: 'grpo' (AERGRPOTrainer, TRL's GRPO loss) or 'rloo' (AERRLOOTrainer, "
-            "TRL's RLOO loss). It picks the config the other keys are read into (aer_trl.app.trainers).",
+            "help": "Which AER trainer trains: 'grpo' (AERGRPOTrainer, TRL's GRPO loss), 'rloo' (AERRLOOTrainer, "
+            "TRL's RLOO loss) or 'async_grpo' (AERAsyncGRPOTrainer, TRL's asynchronous GRPO). It picks the config the "
+            "other keys are read into (aer_trl.app.trainers).",
             "choices": sorted(TRAINERS),
         },
     )
@@ -272,10 +273,18 @@ def parse_recipe(args: list[str], script_class=AERScriptArguments, config_class=
             f"trainer: {kind}, but this command line parses recipes into {config_class.__name__}, which configures "
             f"trainer: {config_class.trainer_kind}"
         )
-    check_recipe_for(args, config_class)
-    classes = (script_class, config_class, ModelConfig)
+    check_recipe_for(args, config_class, (script_class, ModelConfig))
+    shared = {f.name for f in fields(config_class)} & {f.name for f in fields(ModelConfig)}
+    model_class = ModelConfig
+    if shared:  # TRL's asynchronous GRPO config has ModelConfig's `dtype`: one flag, read into the training config
+        keep = [(f.name, f.type, f) for f in fields(ModelConfig) if f.name not in shared]
+        model_class = make_dataclass("ModelConfig", keep, bases=())
+    classes = (script_class, config_class, model_class)
     check_keys(recipe_keys(args), classes, f"a recipe ({', '.join(c.__name__ for c in classes)})")
-    return TrlParser(classes).parse_args_and_config(args=args)
+    script_args, training_args, model_args = TrlParser(classes).parse_args_and_config(args=args)
+    for name in shared:
+        setattr(model_args, name, getattr(training_args, name))
+    return script_args, training_args, model_args
 
 
 def train_recipe(
