@@ -99,8 +99,8 @@ def test_a_recipe_picks_its_trainer_and_wrong_trainer_settings_are_refused_by_na
     with pytest.raises(ValueError, match=r"normalize_advantages: a setting of AERRLOOConfig \(trainer: rloo\), not of "
                        r"AERGRPOConfig \(trainer: grpo\).*set trainer: rloo"):  # fmt: skip
         parse(rloo, "--trainer", "grpo")  # the flag overrides the recipe's key
-    with pytest.raises(ValueError, match=r"trainer: 'rlo' is not an AER trainer; accepted: \['async_grpo', 'grpo', 'rloo'\] "
-                       r"\(did you mean 'rloo'\?\)"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"trainer: 'rlo' is not an AER trainer; accepted: \['async_grpo', 'grpo', "
+                       r"'rloo'\] \(did you mean 'rloo'\?\)"):  # fmt: skip
         parse(rloo, "--trainer", "rlo")
     with pytest.raises(ValueError, match="method='ent_adv' does not train with AERRLOOConfig"):
         parse(rloo, "--method", "ent_adv")
