@@ -184,8 +184,8 @@ class AERTrainerMixin(ResumeMixin):
         return logps, entropies, aux_loss
 
     def _logps_forward(self, *args, **kwargs):
-        """The log-prob forward: TRL's. A subclass may route it elsewhere (the research bench's shared-prompt forward
-        and truncated-support bonus do)."""
+        """The log-prob forward: TRL's. A subclass may route it elsewhere (e.g. a forward that shares each prompt's
+        prefill across its group)."""
         return super()._get_per_token_logps_and_entropies(*args, **kwargs)
 
     def _apply_token_method(self, logps, entropies, inputs: dict):
@@ -195,8 +195,8 @@ class AERTrainerMixin(ResumeMixin):
 
     def bonus_entropies(self, entropies: torch.Tensor) -> torch.Tensor:
         """The per-token entropies (B, T), with gradient, whose completion means H_i AER's bonus raises: those of
-        the full distributions TRL's loss computed (the paper). A subclass may raise others (the research bench's
-        entropy over a truncated support does); the controller's H_t is always measured on `entropies`."""
+        the full distributions TRL's loss computed (the paper). A subclass may raise others (e.g. the entropy over a
+        truncated support); the controller's H_t is always measured on `entropies`."""
         return entropies
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

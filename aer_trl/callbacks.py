@@ -42,8 +42,8 @@ class AERCallback(TrainerCallback, ExportableState):
         anchor_rollouts: int = 1,
         controller: AERController | None = None,
     ):
-        """The controller's settings, or a `controller` built elsewhere (a subclass of `AERController`: the research
-        bench's `SteppedController`), whose settings are then the ones saved."""
+        """The controller's settings, or a `controller` built elsewhere (a subclass of `AERController` with another
+        step on α), whose settings are then the ones saved."""
         if controller is None:
             controller = AERController(
                 tau=tau,

@@ -1,12 +1,10 @@
 """The configs of AER's trainers: `AERArguments`, the fields and checks every AER config has whichever TRL trainer it
-configures, and GRPO's: `AERGRPOConfig` (alias `AERConfig`) = `GRPOConfig` + `AERArguments` + the per-token
-baselines' fields. RLOO's pair is `rloo_config.AERRLOOConfig` (docs/design.md)."""
+configures, and GRPO's: `AERGRPOConfig` = `GRPOConfig` + `AERArguments` + the per-token baselines' fields. RLOO's
+is `rloo_config.AERRLOOConfig`, asynchronous GRPO's `async_grpo_config.AERAsyncGRPOConfig` (docs/design.md)."""
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
@@ -17,24 +15,9 @@ from .compat import has_activation_checkpointing
 from .config_checks import resolve_method, validate_aer
 from .core_algos import rollout_steps
 from .methods import get_method, methods
+from .settings import shaping_settings
 
 logger = logging.getLogger(__name__)
-
-# Fields that do not shape the trained model: where and how often it logs, saves, evaluates and pushes; left out of
-# `AERGRPOConfig.run_settings`, so a resume with another output_dir or logging_steps is not reported as a change.
-_BOOKKEEPING = re.compile(
-    r"(logging|log|save|hub|trackio|eval|do|include|dataloader|vllm_server|vllm_group)_.*|.*_full_eval|"
-    r"output_dir|overwrite_output_dir|run_name|project|report_to|push_to_hub|resume_from_checkpoint|"
-    r"restore_callback_states_from_checkpoint|disable_tqdm|skip_memory_metrics|local_rank|debug|label_names|"
-    r"length_column_name|prediction_loss_only|metric_for_best_model|greater_is_better|load_best_model_at_end|"
-    r"batch_eval_metrics|per_device_eval_batch_size|num_generations_eval|num_completions_to_print|"
-    r"torch_empty_cache_steps|ddp_timeout|lab_cache_dir|vllm_logp_gap_limit"
-)
-
-
-def shaping_settings(values: dict) -> dict:
-    """The entries of a dict of arguments that shape the trained model (all but `_BOOKKEEPING`), as JSON values."""
-    return json.loads(json.dumps({k: v for k, v in values.items() if not _BOOKKEEPING.fullmatch(k)}, default=str))
 
 
 @dataclass
@@ -394,5 +377,16 @@ class AERGRPOConfig(AERArguments, GRPOConfig):
         return cls.from_trl_config(grpo_config, **aer_fields)
 
 
-# The name of earlier releases of this README and its notebooks; TRL pairs `GRPOConfig` with `GRPOTrainer`.
-AERConfig = AERGRPOConfig
+def __getattr__(name: str):
+    """`AERConfig`: the name of earlier releases for `AERGRPOConfig` (TRL pairs `GRPOConfig` with `GRPOTrainer`),
+    still given, with a FutureWarning."""
+    if name == "AERConfig":
+        import warnings
+
+        warnings.warn(
+            "AERConfig is the old name of AERGRPOConfig: use AERGRPOConfig (AERConfig goes in a later release)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return AERGRPOConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

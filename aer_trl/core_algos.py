@@ -158,7 +158,7 @@ class AERController:
 
     Names: α is ``alpha`` everywhere (``AERGRPOConfig.aer_alpha_init`` / ``aer_alpha_max``, ``AERCallback.alpha``,
     the ``aer/alpha`` log, the card's "final α"); ``applied_alpha`` is the α the next rollout batch trains with, the
-    same α here (an extension's controller may withhold it: the research bench's gate). ``target`` is H* (what α
+    same α here (an extension's controller may withhold it, e.g. behind a gate). ``target`` is H* (what α
     steers towards); ``fixed_target`` is the optional fixed H* that replaces τ·H0 (``aer_fixed_target``).
     """
 
@@ -188,7 +188,7 @@ class AERController:
         return self.tau * self.initial_entropy
 
     def anchor(self, entropy: float) -> None:
-        """Sets H0 from a measurement made before the first rollout batch (the research bench's anchor probe); the
+        """Sets H0 from a measurement made before the first rollout batch (e.g. a probe of the initial policy); the
         rollout batches then only steer α. A second anchor, or one after H0 is known, is an error."""
         entropy = float(entropy)
         if not math.isfinite(entropy) or entropy <= 0:
@@ -213,13 +213,13 @@ class AERController:
         return self.alpha
 
     def update(self, entropy: float) -> None:
-        """C3's step on α from the measured entropy, once H* is known (a subclass may step otherwise: the research
-        bench's `SteppedController`)."""
+        """C3's step on α from the measured entropy, once H* is known (a subclass may step otherwise, e.g. a
+        proportional step)."""
         self.alpha = update_alpha(self.alpha, entropy, self.target, self.eta, self.alpha_max)
 
     @property
     def applied_alpha(self) -> float:
-        """The α the next rollout batch trains with (a subclass may withhold it: the bench's gate)."""
+        """The α the next rollout batch trains with (a subclass may withhold it, e.g. behind a gate)."""
         return self.alpha
 
     def state_dict(self) -> dict:
@@ -240,14 +240,15 @@ class AERController:
 
 
 # -------------------------------------------------------------------------------- the baselines' per-token functions
-def _expand(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return advantages.unsqueeze(1).expand_as(like) if advantages.dim() == 1 else advantages
+def expand_advantages(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Advantages as TRL holds them, (B,) per sequence or (B, T) per token, as (B, T) like `like`."""
+    return (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages).expand_as(like)
 
 
 def token_covariance(advantages: torch.Tensor, logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """cov_t = (A_t − mean A)(logπ_t − mean logπ), means over the masked tokens; 0 on padding."""
     m = mask.bool()
-    adv = _expand(advantages, logps).float()
+    adv = expand_advantages(advantages, logps).float()
     lp = logps.detach().float()
     count = m.sum().clamp(min=1)
     adv_c = adv - adv[m].sum() / count
@@ -259,7 +260,7 @@ def ent_adv_advantages(
     advantages: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor, alpha: float = 0.4, kappa: float = 2.0
 ) -> torch.Tensor:
     """A'_t = A_t + min(α·H_t, |A_t|/κ), entropies detached; 0 on padding. Returns `(B, T)`."""
-    adv = _expand(advantages, entropies).float()
+    adv = expand_advantages(advantages, entropies).float()
     bonus = torch.minimum(alpha * entropies.detach().float(), adv.abs() / kappa)
     return (adv + bonus) * mask
 
@@ -280,7 +281,7 @@ def clip_cov_mask(
     already cut, max(1, ratio·N) drawn at random (N = masked tokens), reproducibly through `generator`."""
     m = mask.bool()
     cov = token_covariance(advantages, logps, mask)
-    adv = _expand(advantages, logps)
+    adv = expand_advantages(advantages, logps)
     is_ratio = torch.exp(logps.detach() - old_logps)
     clipped = ((is_ratio < 1 - epsilon_low) & (adv < 0)) | ((is_ratio > 1 + epsilon_high) & (adv > 0))
     candidates = (m & (cov > cov_low) & (cov < cov_high) & ~clipped).flatten().nonzero().squeeze(1)
@@ -303,7 +304,7 @@ def kl_cov_advantages(
     """Per-token advantages A' with ∇(−A'·ratio) = ∇(−A·ratio + κ·|logπ − logπ_old|) on the top-k tokens by cov,
     k = max(1, ratio·N) (deterministic: torch.topk). Returns (A' of shape (B, T), the boolean top-k mask)."""
     m = mask.bool()
-    adv = _expand(advantages, logps).float()
+    adv = expand_advantages(advantages, logps).float()
     cov = token_covariance(advantages, logps, mask).masked_fill(~m, float("-inf"))
     n_valid = int(m.sum())
     selected = torch.zeros(m.numel(), dtype=torch.bool, device=m.device)

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .core_algos import clip_cov_mask, ent_adv_advantages, kl_cov_advantages
+from .core_algos import clip_cov_mask, ent_adv_advantages, expand_advantages, kl_cov_advantages
 from .plugins import Registry
 
 __all__ = ["Method", "TokenBatch", "METHODS", "register_method", "get_method", "methods", "method_title"]
@@ -165,8 +165,7 @@ def _kl_cov(config) -> None:
 
 
 def _base(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    base = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
-    return base.expand_as(like).to(like.dtype)
+    return expand_advantages(advantages, like).to(like.dtype)
 
 
 def _mean_over(values: torch.Tensor, batch: TokenBatch) -> float:

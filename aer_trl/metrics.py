@@ -1,6 +1,7 @@
 """AER's metrics (the aer/* keys, docs/usage.md "Metrics"): the per-difficulty telemetry of a rollout batch, the
-values a logging step carries over from the last rollout batch, and the local metrics log that is always written,
-whatever `report_to` says (`<output_dir>/metrics.jsonl`, JSON Lines, one record per Trainer log)."""
+values a logging step carries over from the last rollout batch, and the reader of the local metrics log
+(`<output_dir>/metrics.jsonl`, JSON Lines, one record per Trainer log; written by `callbacks.MetricsFileCallback`,
+whatever `report_to` says)."""
 
 from __future__ import annotations
 

@@ -10,18 +10,9 @@ from collections import Counter
 from transformers.trainer_callback import ExportableState
 
 from .callbacks import AERCallback
+from .settings import describe_changes, settings_changes
 
 logger = logging.getLogger(__name__)
-
-
-def settings_changes(saved: dict, current: dict) -> dict[str, tuple]:
-    """field -> (saved value, current value) for every field both sets know and that differs."""
-    return {k: (saved[k], current[k]) for k in sorted(saved.keys() & current.keys()) if saved[k] != current[k]}
-
-
-def describe_changes(changes: dict[str, tuple]) -> str:
-    """`{"tau": (0.4, 0.5)}` → "tau 0.4 -> 0.5", for warnings that name changed settings."""
-    return "; ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items())
 
 
 # settings held in the optimizer's param groups: a resume restores them from the checkpoint (a new value is not used)

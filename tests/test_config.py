@@ -130,7 +130,7 @@ def test_a_budget_ending_inside_a_rollout_batch_is_warned_about(tmp_path, caplog
 
 
 def test_run_settings_are_what_shapes_the_model_not_bookkeeping(tmp_path):
-    from aer_trl.resume import settings_changes
+    from aer_trl.settings import settings_changes
 
     a = make_config(tmp_path / "a", aer_tau=0.4, logging_steps=1).run_settings()
     b = make_config(tmp_path / "b", aer_tau=0.3, logging_steps=5, save_steps=7, report_to="none").run_settings()

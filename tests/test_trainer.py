@@ -409,4 +409,17 @@ def test_bf16_weights_on_a_cpu_without_kernels_name_the_dtype(monkeypatch):
     assert "the model's bfloat16 weights" in message and "dtype='float32'" in message
     assert hardware.cpu_bf16_warning("cuda", True, model) is None  # a GPU's bf16 is its own matter
     assert hardware.cpu_bf16_warning("cpu", False, torch.nn.Linear(2, 2)) is None
-    assert isinstance(hardware.cpu_has_bf16_kernels(), bool)
+
+
+def test_whether_the_cpu_has_bf16_kernels_is_torchs_answer_and_true_where_it_cannot_say(monkeypatch):
+    """No warning on a guess: where torch cannot say, the CPU is taken to have the kernels."""
+    from aer_trl import hardware
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False, raising=False)
+    assert hardware.cpu_has_bf16_kernels() is False
+
+    def unknown():
+        raise RuntimeError("no oneDNN here")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", unknown, raising=False)
+    assert hardware.cpu_has_bf16_kernels() is True

@@ -8,7 +8,7 @@ import json
 import logging
 from pathlib import Path
 
-from ..resume import describe_changes
+from ..settings import describe_changes
 from .files import lock_folder
 
 logger = logging.getLogger(__name__)

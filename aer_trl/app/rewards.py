@@ -347,7 +347,7 @@ def judge_completions(
     return rewards, counts
 
 
-# Reward functions a recipe names (`reward_funcs`); more are added with `register_reward` (or an `aer_trl.app.rewards`
+# Reward functions a recipe names (`reward_funcs`); more are added with `register_reward` (or an `aer_trl.rewards`
 # entry point), or named by import path.
 REWARDS: Registry[Callable] = Registry("reward", field="reward_funcs", group="aer_trl.rewards", check=callable)
 REWARDS.register(math_accuracy_reward, name="math_accuracy")

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from pathlib import Path
 
 from ..callbacks import AERCallback, replace_progress_bar
-from ..config import AERArguments, shaping_settings
+from ..config import AERArguments
+from ..settings import shaping_settings
 from .checkpoints import RUN_LOCK, check_fresh_start, check_resume_adapter, lock_output_dir, resolve_resume
 from .cli import check_keys
 from .data import PromptArguments, get_source, hub_dataset_id, resolve_format

@@ -13,7 +13,7 @@ from transformers.trainer_callback import ExportableState
 
 from ...atomic import atomic_write
 from ...core_algos import rollout_steps
-from ...resume import describe_changes
+from ...settings import describe_changes
 from ..prompts import prompt_settings
 from .args import EvalArguments
 from .backends import TransformersGenerator

@@ -1,0 +1,109 @@
+"""AER under stale rollouts, a pilot on this CPU: the CPU recipe `smollm2_135m_instruct/gsm8k/aer_async` (SmolLM2-135M-
+Instruct on GSM8K through TRL's asynchronous GRPO, the local rollout worker sampling while the trainer trains) run as
+async GRPO (`method: async_grpo`, AER's measurements on, no bonus) and as AER, one after the other, same seed and
+budget. Printed and written as JSON: per lag (policy versions between sampling and training) the samples trained and
+their mean entropy under the current policy, against lag 0's (on-policy) at the same steps; α and H*; and each run's
+trained tokens per second (the same worker, so AER's cost over async GRPO in one run).
+
+    python benchmarks/async_staleness.py --max_steps 20 --json results/async_staleness/pilot.json
+
+A pilot, one seed: it measures the gap the controller sees, it is not the study (docs/design.md §5b).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+RECIPE = "smollm2_135m_instruct/gsm8k/aer_async"
+
+
+def run(method: str, out: Path, max_steps: int, seed: int, extra: list[str]) -> dict:
+    from aer_trl.app.run import main
+    from aer_trl.metrics import read_metrics
+
+    start = time.perf_counter()
+    argv = ["--config", RECIPE, "--method", method, "--output_dir", str(out), "--max_steps", str(max_steps),
+            "--seed", str(seed), "--aer_measurements", "true", *extra]  # fmt: skip
+    trainer = main(argv)
+    trainer.rollout_worker.stop()
+    wall = time.perf_counter() - start
+    logs = [r for r in read_metrics(out / "metrics.jsonl") if "loss" in r]
+    lags: dict[int, dict] = {}
+    for r in logs:
+        for key, value in r.items():
+            parts = key.split("/")
+            if len(parts) == 4 and parts[:2] == ["aer", "lag"] and value is not None:
+                lags.setdefault(int(parts[2]), {}).setdefault(parts[3], []).append((r["step"], value))
+    on_policy = dict(lags.get(0, {}).get("entropy", []))
+    by_lag = {}
+    for lag, series in sorted(lags.items()):
+        ent = dict(series.get("entropy", []))
+        shared = sorted(set(ent) & set(on_policy))
+        by_lag[lag] = {
+            "samples": sum(v for _, v in series.get("samples", [])),
+            "entropy_mean": statistics.fmean(ent.values()) if ent else None,
+            "gap_to_lag0_same_steps": statistics.fmean(ent[s] - on_policy[s] for s in shared)
+            if shared and lag
+            else None,
+            "steps_with_lag0": len(shared),
+        }
+    tok_s = [r["perf/trained_tok_s_wall_clock"] for r in logs if r.get("perf/trained_tok_s_wall_clock")]
+    return {
+        "method": method,
+        "steps": len(logs),
+        "wall_s": wall,
+        "trained_tok_s_median": statistics.median(tok_s) if tok_s else None,
+        "entropy": [r.get("aer/entropy") for r in logs],
+        "alpha": [r.get("aer/alpha") for r in logs],
+        "target": logs[-1].get("aer/target_entropy") if logs else None,
+        "reward": [r.get("reward") for r in logs],
+        "staleness_mean": statistics.fmean(r["sample/staleness_mean"] for r in logs if "sample/staleness_mean" in r),
+        "by_lag": by_lag,
+    }
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max_steps", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output_dir", default="runs/async_staleness")
+    parser.add_argument("--json", default=None)
+    args, extra = parser.parse_known_args(argv)
+    import torch
+    import transformers
+    import trl
+
+    env = {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
+           "cpu_threads": torch.get_num_threads(), "cpus": os.cpu_count()}  # fmt: skip
+    results = {"recipe": RECIPE, "max_steps": args.max_steps, "seed": args.seed, "overrides": extra, "env": env}
+    for method in ("async_grpo", "aer"):
+        results[method] = run(method, Path(args.output_dir) / method, args.max_steps, args.seed, extra)
+        r = results[method]
+        print(f"\n{method}: {r['steps']} steps, {r['wall_s']:.0f} s, trained tokens/s (median) "
+              f"{r['trained_tok_s_median']}, mean staleness at the queue {r['staleness_mean']:.2f}")  # fmt: skip
+        print("  lag | samples | entropy (current policy) | minus lag 0 at the same steps (steps)")
+        for lag, row in r["by_lag"].items():
+            gap = row["gap_to_lag0_same_steps"]
+            print(f"  {lag:>3} | {row['samples']:>7.0f} | {row['entropy_mean']:.4f} | "
+                  + ("–" if gap is None else f"{gap:+.4f} ({row['steps_with_lag0']})"))  # fmt: skip
+    a, b = results["async_grpo"]["trained_tok_s_median"], results["aer"]["trained_tok_s_median"]
+    if a and b:
+        results["aer_over_async_grpo_tok_s"] = b / a
+        print(f"\nAER / async GRPO trained tokens per second: {b / a:.3f} (same worker, same machine, one run each)")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main()
