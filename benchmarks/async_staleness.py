@@ -33,6 +33,8 @@ def run(method: str, out: Path, max_steps: int, seed: int, extra: list[str]) -> 
     start = time.perf_counter()
     argv = ["--config", RECIPE, "--method", method, "--output_dir", str(out), "--max_steps", str(max_steps),
             "--seed", str(seed), "--aer_measurements", "true", *extra]  # fmt: skip
+    if method == "async_grpo":  # the recipe's AER switches are refused by a method without AER's bonus
+        argv += ["--aer_alpha_init", "0"]
     trainer = main(argv)
     trainer.rollout_worker.stop()
     wall = time.perf_counter() - start
