@@ -38,11 +38,16 @@ def usage(prog: str) -> str:
     return USAGE[prog]
 
 
-def early_answer(prog: str, argv: list[str], kind: str) -> str | None:
-    """What `--list` prints before anything heavy is imported: the shipped recipes of `kind` (None: not asked)."""
+def front_door(prog: str, argv: list[str], kind: str) -> list[str] | None:
+    """What a command line does before anything heavy is imported: `--list` prints the shipped recipes of `kind` and
+    returns None (nothing to run); `--help` prints the usage lines first (TRL's parser prints every key after them);
+    a `--config` that names a shipped recipe becomes its path. Returns the arguments to parse."""
     if "--list" in argv:
-        return list_recipes(kind)
-    return None
+        print(list_recipes(kind))
+        return None
+    if "-h" in argv or "--help" in argv:
+        print(usage(prog))
+    return resolve_config(argv, kind)
 
 
 def resolve_config(argv: list[str], kind: str) -> list[str]:

@@ -17,21 +17,16 @@ import sys
 
 # absolute imports: `python -m aer_trl.run` (the old path) runs this file's code as __main__ of package aer_trl;
 # nothing that imports TRL at the top: `aer-train --list` answers at once
-from aer_trl.app.cli import early_answer, resolve_config, run_friendly, usage
+from aer_trl.app.cli import front_door, run_friendly
 
 
 def main(argv=None, script_class=None, config_class=None, trainer_class=None):
     """Parse `argv` (default: the process's arguments) and train; `--list` prints the shipped recipes instead (and
     returns None). The classes as in `training.parse_recipe` and `training.train`, for a command line of an
     extension with keys of its own."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    listing = early_answer("aer-train", argv, "train")
-    if listing is not None:
-        print(listing)
+    argv = front_door("aer-train", list(sys.argv[1:] if argv is None else argv), "train")
+    if argv is None:  # --list
         return None
-    if "-h" in argv or "--help" in argv:
-        print(usage("aer-train"))  # TRL's parser prints every key after it
-    argv = resolve_config(argv, "train")
 
     from aer_trl.app.logs import configure_logging
     from aer_trl.app.training import AERScriptArguments, parse_recipe, train

@@ -7,7 +7,7 @@ from pathlib import Path
 
 # absolute imports: `python -m aer_trl.evaluation` (the old path) runs this file too; nothing that imports TRL at the
 # top: `aer-evaluate --list` answers at once
-from aer_trl.app.cli import check_keys, early_answer, resolve_config, run_friendly, usage
+from aer_trl.app.cli import check_keys, front_door, run_friendly
 
 
 def main(argv=None) -> dict | None:
@@ -15,14 +15,9 @@ def main(argv=None) -> dict | None:
     `--list` prints the shipped evaluation recipes instead (and returns None)."""
     import sys
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    listing = early_answer("aer-evaluate", argv, "eval")
-    if listing is not None:
-        print(listing)
+    argv = front_door("aer-evaluate", list(sys.argv[1:] if argv is None else argv), "eval")
+    if argv is None:  # --list
         return None
-    if "-h" in argv or "--help" in argv:
-        print(usage("aer-evaluate"))  # TRL's parser prints every key after it
-    argv = resolve_config(argv, "eval")
 
     from trl import TrlParser
 
