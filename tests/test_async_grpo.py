@@ -223,3 +223,27 @@ def test_the_cpu_async_recipe_trains_by_name(tmp_path, monkeypatch):
     assert len(logs) == 2 and all("aer/alpha" in r and "aer/entropy" in r for r in logs)
     assert any(k.startswith("aer/lag/") for r in logs for k in r)
     assert "AER-async GRPO" in (tmp_path / "run" / "README.md").read_text()
+
+
+def test_a_killed_async_run_resumes_its_controller(tmp_path, tokenizer, model_dir):
+    """Checkpointed at step 2 and resumed to step 4: H0, H* and the α of step 2 come back from the checkpoint, and α
+    moves on from there (the samples after a resume are new ones: TRL's asynchronous queue is not replayed)."""
+    rewards = [helpers.digit_count_reward, helpers.always_wrong]
+    common = dict(
+        aer_correctness_reward="always_wrong", aer_tau=2.0, aer_eta=0.05, save_strategy="steps", save_steps=2
+    )
+    first, worker = build(tmp_path / "a", tokenizer, model_dir, rewards, max_steps=2, **common)
+    try:
+        first.train()
+    finally:
+        worker.stop()
+    saved = first.aer_callback.controller
+    resumed, worker = build(tmp_path / "a", tokenizer, model_dir, rewards, max_steps=4, **common)
+    try:
+        resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-2"))
+    finally:
+        worker.stop()
+    again = resumed.aer_callback.controller
+    assert (again.initial_entropy, again.target) == (saved.initial_entropy, saved.target)
+    assert [h["alpha"] for h in again.history] == pytest.approx([0.05, 0.1, 0.15, 0.2])  # 2 restored, 2 new
+    assert again.iteration == 4
