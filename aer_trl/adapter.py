@@ -50,7 +50,26 @@ class LossCapture:
     entropies: torch.Tensor | None = None
 
 
-class AERTrainerMixin(ResumeMixin):
+class AERTrainerBase(ResumeMixin):
+    """What every AER trainer has whatever its seams (`AERTrainerMixin`, `AERAsyncGRPOTrainer`): the controller's
+    callback, the model card and the aer/* values in each training log; the trainer holds an `aer_core`."""
+
+    @property
+    def aer_callback(self) -> AERCallback:
+        """The AERCallback that owns α, H0 and H* (the controller's state), for every read of α."""
+        return self.aer_core.controller
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
+        """TRL's model card for the method actually trained, plus AER's section (`aer_trl.card`)."""
+        write_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.aer_core.on and not any(key.startswith("eval_") for key in logs):
+            self.aer_core.fill_logs(logs, self._metrics["train"])
+        super().log(logs, start_time)
+
+
+class AERTrainerMixin(AERTrainerBase):
     """AER on a TRL rollout trainer. Same constructor as the TRL trainer it is mixed into; `args` is the adapter's
     config class (`config_class`; a plain TRL config of that trainer is converted, the AER fields at their
     defaults)."""
@@ -112,11 +131,6 @@ class AERTrainerMixin(ResumeMixin):
         return next(c for c in cls.__mro__ if c.__module__.startswith("trl.") and "_tag_names" in vars(c))
 
     # ------------------------------------------------------------------------------------------------ controller
-    @property
-    def aer_callback(self) -> AERCallback:
-        """The AERCallback that owns α, H0 and H* (the controller's state), for every read of α."""
-        return self.aer_core.controller
-
     @contextmanager
     def _capturing(self, name: str, capture):
         """`capture` as `self.<name>` while TRL's code runs inside the block: the one way AER's hooks hand values
@@ -239,14 +253,3 @@ class AERTrainerMixin(ResumeMixin):
             self._metrics["train"],
             self.callback_handler.callbacks,
         )
-
-    # ------------------------------------------------------------------------------------------------ model card
-    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
-        """TRL's model card for the method actually trained, plus AER's section (`aer_trl.card`)."""
-        write_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
-
-    # ------------------------------------------------------------------------------------------------ logging
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.aer_core.on and not any(key.startswith("eval_") for key in logs):
-            self.aer_core.fill_logs(logs, self._metrics["train"])
-        super().log(logs, start_time)

@@ -33,13 +33,12 @@ with warnings.catch_warnings():  # TRL warns on every import from trl.experiment
     from trl.experimental.async_grpo import AsyncGRPOTrainer
     from trl.experimental.async_grpo import async_grpo_trainer as trl_async
 
+from .adapter import AERTrainerBase
 from .async_grpo_config import AERAsyncGRPOConfig
 from .async_support import peak_flops_per_device, register_tree_attention
 from .callbacks import AERCallback, trainer_callbacks
-from .card import write_model_card
 from .core import AERCore
 from .metrics import log_rollout
-from .resume import ResumeMixin
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +139,7 @@ def _swapped(module, name: str, value):
         setattr(module, name, original)
 
 
-class AERAsyncGRPOTrainer(ResumeMixin, AsyncGRPOTrainer):
+class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
     """Asynchronous GRPO with Adaptive Entropy Regularization. Same constructor as TRL's `AsyncGRPOTrainer` (a model
     path, reward functions, `rollout_worker` / `weight_transfer` to bring one's own); `args` is an
     `AERAsyncGRPOConfig`. Where FlashAttention-3 cannot load (no CUDA, no Hub), the tree attention runs in torch
@@ -221,10 +220,6 @@ class AERAsyncGRPOTrainer(ResumeMixin, AsyncGRPOTrainer):
     def trl_trainer(cls) -> type:
         return AsyncGRPOTrainer
 
-    @property
-    def aer_callback(self) -> AERCallback:
-        return self.aer_core.controller
-
     def get_train_dataloader(self):
         """TRL's, with `AERCollator` (g and the policy version per trained token) where AER is on."""
         collator = AERCollator if self.aer_core.on else trl_async.DataCollatorForRollout
@@ -282,15 +277,6 @@ class AERAsyncGRPOTrainer(ResumeMixin, AsyncGRPOTrainer):
                 self.callback_handler.callbacks,
             )
         return loss
-
-    # ------------------------------------------------------------------------------------------------ card, logs
-    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
-        write_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.aer_core.on and not any(key.startswith("eval_") for key in logs):
-            self.aer_core.fill_logs(logs, self._metrics["train"])
-        super().log(logs, start_time)
 
 
 def _per_completion(entropy: torch.Tensor, segment: torch.Tensor):
