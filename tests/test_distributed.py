@@ -30,6 +30,8 @@ ACCELERATE = [
     "0",
 ]
 
+ZERO3_CONFIG = str(ROOT / "tests" / "data" / "zero3_cpu.json")
+ZERO3 = ["--use_deepspeed", "--deepspeed_config_file", ZERO3_CONFIG, "--zero3_init_flag", "true"]
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 
@@ -109,11 +111,7 @@ def test_two_processes_ddp(tmp_path):
 def test_two_processes_deepspeed_zero3_sharded(tmp_path):
     ranks = launch(
         tmp_path,
-        "--use_deepspeed",
-        "--deepspeed_config_file",
-        str(ROOT / "tests" / "data" / "zero3_cpu.json"),
-        "--zero3_init_flag",
-        "true",
+        *ZERO3,
         script_args=[
             *["--max_steps", "3", "--save_steps", "2", "--eval_bench", eval_bench(tmp_path)],
             *["--share_prompt_forward", "true"],  # through the DeepSpeed engine (its `.config` is a dict: H200 bug)
@@ -142,11 +140,7 @@ def test_two_processes_rloo_deepspeed_zero3_sharded(tmp_path):
     under ZeRO-3, validation in step, a checkpoint with the controller's state."""
     ranks = launch(
         tmp_path,
-        "--use_deepspeed",
-        "--deepspeed_config_file",
-        str(ROOT / "tests" / "data" / "zero3_cpu.json"),
-        "--zero3_init_flag",
-        "true",
+        *ZERO3,
         script_args=[
             "--trainer",
             "rloo",
