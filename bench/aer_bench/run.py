@@ -11,7 +11,7 @@ import sys
 
 from aer_trl.app import run
 
-from .training import BenchConfig, BenchGRPOTrainer, BenchScriptArguments
+from .training import BenchScriptArguments, bench_classes
 
 
 def main(argv=None):
@@ -24,7 +24,7 @@ def main(argv=None):
         default = recipe_path("lab", "aer", package="aer_bench")
         print(f"no --config, model or data given: running the laptop lab recipe {default}")
         argv = ["--config", str(default), *argv]
-    return run.main(argv, BenchScriptArguments, BenchConfig, BenchGRPOTrainer)
+    return run.main(argv, BenchScriptArguments, *bench_classes(argv))
 
 
 def cli() -> None:

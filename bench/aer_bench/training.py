@@ -6,11 +6,11 @@ the `lab_accuracy` reward). `train_recipe` / `parse_recipe` are the library's wi
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 from aer_trl.app import training
 from aer_trl.app.evaluation.args import EvalArguments
+from aer_trl.app.trainers import recipe_trainer
 from aer_trl.app.training import AERScriptArguments
 from aer_trl.config import AERGRPOConfig
 from aer_trl.trainer import AERGRPOTrainer
@@ -166,7 +166,28 @@ class BenchEvalArguments(EvalArguments):
     )
 
 
-CLASSES = dict(script_class=BenchScriptArguments, config_class=BenchConfig)
-parse_recipe = functools.partial(training.parse_recipe, **CLASSES)
-train_recipe = functools.partial(training.train_recipe, **CLASSES, trainer_class=BenchGRPOTrainer)
-train = functools.partial(training.train, trainer_class=BenchGRPOTrainer)
+def bench_classes(args: list[str]) -> tuple[type | None, type | None]:
+    """(config class, trainer class) for a command line: the bench's for GRPO recipes (its variants are GRPO's); for
+    a recipe of another trainer (`trainer: rloo`, `async_grpo`) None, None: the library's config and trainer of that
+    kind, with the bench's sources."""
+    if recipe_trainer(list(args)) == "grpo":
+        return BenchConfig, BenchGRPOTrainer
+    return None, None
+
+
+def parse_recipe(args: list[str]):
+    """`aer_trl.app.training.parse_recipe` with the bench's classes."""
+    return training.parse_recipe(args, BenchScriptArguments, bench_classes(args)[0])
+
+
+def train_recipe(recipe, overrides=(), callbacks=()):
+    """`aer_trl.app.training.train_recipe` with the bench's classes."""
+    args = ["--config", str(recipe), *overrides]
+    config_class, trainer_class = bench_classes(args)
+    return training.train_recipe(recipe, overrides, BenchScriptArguments, config_class, trainer_class, callbacks)
+
+
+def train(script_args, training_args, model_args=None, callbacks=()):
+    """`aer_trl.app.training.train` with the bench's trainer for a `BenchConfig`."""
+    trainer_class = BenchGRPOTrainer if isinstance(training_args, BenchConfig) else None
+    return training.train(script_args, training_args, model_args, trainer_class, callbacks)
