@@ -23,6 +23,9 @@ def test_unknown_reward_is_a_clear_error():
 
     with pytest.raises(ValueError, match="unknown reward 'nope'"):
         resolve_reward_funcs(["nope"])
+    # one registered name per reward: its function's name is not a second one, and the error points at the first
+    with pytest.raises(ValueError, match="did you mean 'math_accuracy'"):
+        resolve_reward_funcs(["math_accuracy_reward"])
 
 
 def lab_argv(tmp_path, *extra):

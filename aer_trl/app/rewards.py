@@ -42,6 +42,7 @@ through TRL's `log_metric` as `rewards/math_accuracy/{timeouts,unparsed,unmarked
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import re
@@ -350,8 +351,7 @@ def judge_completions(
 # Reward functions a recipe names (`reward_funcs`); more are added with `register_reward` (or an `aer_trl.rewards`
 # entry point), or named by import path.
 REWARDS: Registry[Callable] = Registry("reward", field="reward_funcs", group="aer_trl.rewards", check=callable)
-REWARDS.register(math_accuracy_reward, name="math_accuracy")
-REWARDS.register(math_accuracy_reward)
+REWARDS.register(math_accuracy_reward, name="math_accuracy")  # one name: TRL logs it by __name__, recipes name this
 
 
 def register_reward(func: Callable, *, name: str | None = None, replace: bool = False) -> Callable:
@@ -384,8 +384,10 @@ def resolve_reward_funcs(names: list[str]) -> list:
             except (ImportError, AttributeError) as err:
                 raise ValueError(f"reward_funcs: cannot import {name!r}: {err}") from err
         else:
+            close = difflib.get_close_matches(name, list(REWARDS.view()), n=1, cutoff=0.5)
             raise ValueError(
                 f"reward_funcs: unknown reward {name!r}; known: {sorted(REWARDS.view())} or 'module.func'"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
             )
     if not funcs:
         raise ValueError("reward_funcs: at least one reward function is needed")
