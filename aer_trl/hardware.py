@@ -1,7 +1,10 @@
 """What this machine runs fast: the advice the trainer gives a user whose settings would run many times slower here
-than they need to (logged once at start, never acted on: the user's settings are kept)."""
+than they need to (logged once at start, never acted on: the user's settings are kept), and how many of its cores a
+run is told to use (`env_count`: AER_CPU_THREADS, AER_VERIFY_WORKERS)."""
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -33,3 +36,16 @@ def cpu_bf16_warning(device, bf16: bool, model) -> str | None:
         "float32 (measured: 200 s against 18 s for SmolLM2-135M). Train in float32 here: bf16=False"
         + ("" if bf16 else " and dtype='float32'")
     )
+
+
+def env_count(name: str) -> int | None:
+    """The positive whole number in environment variable `name`; None when it is unset, empty or 0 (the default
+    applies). Anything else is refused with the variable's name: a typo must not quietly become another setting."""
+    value = os.environ.get(name, "").strip()
+    try:
+        count = int(value or 0)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise ValueError(f"{name} must be a whole number of at least 1 (or 0/unset for the default), got {value!r}")
+    return count or None

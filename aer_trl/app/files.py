@@ -12,19 +12,6 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 
-def env_count(name: str) -> int | None:
-    """The positive whole number in environment variable `name`; None when it is unset, empty or 0 (the default
-    applies). Anything else is refused with the variable's name: a typo must not quietly become another setting."""
-    value = os.environ.get(name, "").strip()
-    try:
-        count = int(value or 0)
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise ValueError(f"{name} must be a whole number of at least 1 (or 0/unset for the default), got {value!r}")
-    return count or None
-
-
 def file_sha256(path: str | Path) -> str:
     """sha256 of a file's whole content (first 20 hex digits). The identity of model weights and data files: a hash
     of a sample of a file (its ends, say) gives two models the same identity when training changed only tensors in

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..callbacks import AERCallback, replace_progress_bar
 from ..config import AERArguments
+from ..hardware import env_count
 from ..settings import shaping_settings
 from .checkpoints import RUN_LOCK, check_fresh_start, check_resume_adapter, lock_output_dir, resolve_resume
 from .cli import check_keys
@@ -24,7 +25,7 @@ from .data import PromptArguments, get_source, hub_dataset_id, resolve_format
 from .evaluation import PassAtKCallback
 from .evaluation.engine_samplers import engine_sampler
 from .evaluation.harness import check_model
-from .files import env_count, unlock
+from .files import unlock
 from .gguf import base_model_id, resolve_model
 from .rewards import resolve_reward_funcs, rewards
 from .trainers import TRAINERS, check_recipe_for, config_class_for, recipe_keys, recipe_trainer, trainer_class_for

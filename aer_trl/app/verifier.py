@@ -114,7 +114,7 @@ class VerifierPool:
     """A pool of verifier processes; `check(requests)` returns one (verdict, status) per request, in order."""
 
     def __init__(self, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT):
-        from .files import env_count  # here: the worker runs this file alone, outside the package
+        from aer_trl.hardware import env_count  # here: the worker runs this file alone, outside the package
 
         self.size = workers or env_count("AER_VERIFY_WORKERS") or min(4, os.cpu_count() or 1)
         self.timeout = timeout
