@@ -13,7 +13,7 @@ import sys
 import warnings
 
 MOVED = (
-    "run", "training", "trainers", "data", "prompts", "rewards", "verifier", "gguf", "launch", "files", "resources",
+    "run", "training", "trainers", "data", "prompts", "rewards", "verifier", "gguf", "files", "resources",
     "logs", "extras", "kvcache", "evaluation",
 )  # fmt: skip
 

@@ -1,10 +1,11 @@
-"""Two machines on this one: two launchers (`aer_trl.app.launch.node_command`, the command the SLURM script runs on
-each node) as machine ranks 0 and 1 on 127.0.0.1, one CPU process each, DeepSpeed ZeRO-3 over gloo. One "machine" is
-killed in mid-run; the other must stop with an error, not hang; both then resume from the last checkpoint, AER's
-controller state with it."""
+"""Two machines on this one: two launchers (the `accelerate launch` line recipes/slurm/train.sbatch runs on each node,
+taken from its dry run) as machine ranks 0 and 1 on 127.0.0.1, one CPU process each, DeepSpeed ZeRO-3 over gloo. One
+"machine" is killed in mid-run; the other must stop with an error, not hang; both then resume from the last
+checkpoint, AER's controller state with it."""
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,29 +14,70 @@ from pathlib import Path
 
 import pytest
 
-from aer_trl.app.launch import node_command
 from tests.test_distributed import ROOT, SCRIPT, check_group_accuracy_and_lockstep, free_port, trained_figures
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
-ZERO3 = ["--use_deepspeed", "--deepspeed_config_file", str(ROOT / "tests" / "data" / "zero3_cpu.json")]
-ZERO3 += ["--zero3_init_flag", "true"]
+# DeepSpeed ZeRO-3 on CPU, every parameter sharded (tests/data/zero3_cpu.json), one launcher per node (standard)
+CPU_CONFIG = """compute_environment: LOCAL_MACHINE
+distributed_type: DEEPSPEED
+deepspeed_config:
+  deepspeed_config_file: tests/data/zero3_cpu.json
+  deepspeed_multinode_launcher: standard
+  zero3_init_flag: true
+mixed_precision: 'no'
+dynamo_backend: 'NO'
+num_machines: 1
+num_processes: 1
+rdzv_backend: static
+same_network: true
+"""
+SLURM_SHIMS = {  # what a SLURM job provides, for a dry run: srun runs its command once per node
+    "scontrol": '#!/usr/bin/env bash\n[ "$1 $2" = "show hostnames" ] && printf "%s\\n" $FAKE_HOSTS\n',
+    "srun": """#!/usr/bin/env bash
+n=1; while [ "$1" != "${1#--}" ]; do [ "$1" = --nodes ] && n=$2; shift 2; done
+for i in $(seq 0 $((n - 1))); do SLURM_NODEID=$i "$@"; done
+""",
+}
+
+
+def slurm_dry_run(folder: Path, hosts: list[str], *args: str, **settings: str) -> subprocess.CompletedProcess:
+    """recipes/slurm/train.sbatch (`AER_LAUNCH_PRINT`: each node's command printed, not run) under a stand-in SLURM
+    job on `hosts`; `settings`: the script's environment (LAYOUT, GPUS_PER_NODE, ACCELERATE_CONFIG, ...)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in SLURM_SHIMS.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
+    path = f"{folder}:{Path(sys.executable).parent}:{os.environ['PATH']}"
+    env = dict(os.environ, PATH=path, FAKE_HOSTS=" ".join(hosts), SLURM_JOB_NODELIST="job", AER_LAUNCH_PRINT="1")
+    env.update(settings)
+    done = subprocess.run(
+        ["bash", "recipes/slurm/train.sbatch", *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done
 
 
 def start_machines(out: Path, port: int, *script_args: str) -> list[subprocess.Popen]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    """Each "machine" runs the SLURM script's line for its rank, its training script replaced by the test's."""
     out.mkdir(parents=True, exist_ok=True)
+    config = out.parent / "zero3_cpu_accelerate.yaml"
+    config.write_text(CPU_CONFIG)
+    done = slurm_dry_run(
+        out.parent / "slurm",
+        ["127.0.0.1", "127.0.0.1"],
+        "recipe.yaml",
+        GPUS_PER_NODE="1",
+        MAIN_PROCESS_PORT=str(port),
+        ACCELERATE_CONFIG=str(config),
+    )
+    lines = [shlex.split(line) for line in done.stdout.splitlines() if line.startswith("accelerate launch")]
+    assert [line[line.index("--machine_rank") + 1] for line in lines] == ["0", "1"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     machines = []
-    for rank in (0, 1):
-        command = node_command(
-            [str(SCRIPT), "--output_dir", str(out), *script_args],
-            num_machines=2,
-            gpus_per_machine=1,
-            machine_rank=rank,
-            main_process_ip="127.0.0.1",
-            main_process_port=port,
-            launcher_args=ZERO3,
-            cpu=True,
-        )
+    for rank, line in enumerate(lines):
+        launcher = line[2 : line.index("recipes/train.py")]  # `accelerate launch`'s flags, as the script gives them
+        command = [sys.executable, "-m", "accelerate.commands.launch", *launcher]
+        command += [str(SCRIPT), "--output_dir", str(out), *script_args]
         log = open(out.parent / f"{out.name}.machine{rank}.log", "w")  # noqa: SIM115 (closed with the process)
         machines.append(
             subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -123,74 +165,32 @@ def test_two_machines_lose_one_and_resume_to_the_uninterrupted_runs_parameters(t
         assert trained_figures(resumed[rank]["train_logs"])[-2:] == logs[2:]
 
 
-def test_the_launch_command_names_what_is_wrong():
-    with pytest.raises(ValueError, match=r"machine_rank must be in \[0, num_machines=2\), got 2"):
-        node_command(["train.py"], num_machines=2, gpus_per_machine=8, machine_rank=2, main_process_ip="h")
-    with pytest.raises(ValueError, match="no training script given"):
-        node_command([], num_machines=2, gpus_per_machine=8, machine_rank=0, main_process_ip="h")
-    with pytest.raises(FileNotFoundError, match="no accelerate config"):
-        node_command(
-            ["t.py"], num_machines=1, gpus_per_machine=1, machine_rank=0, main_process_ip="h", config_file="x"
-        )
-    command = node_command(
-        ["recipes/train.py"],
-        num_machines=4,
-        gpus_per_machine=8,
-        machine_rank=3,
-        main_process_ip="node0",
-        config_file=str(ROOT / "recipes" / "accelerate_configs" / "zero3.yaml"),
-    )
-    flags = dict(zip(command[3::2], command[4::2], strict=False))
-    assert (
-        flags["--num_processes"] == "32" and flags["--machine_rank"] == "3" and flags["--main_process_ip"] == "node0"
-    )
-    assert "--deepspeed_multinode_launcher" in command and command[-1] == "recipes/train.py"
-    assert sys.executable == command[0]
-
-
-SLURM_SHIMS = {  # what a SLURM job provides, for a dry run: srun runs its command once per node
-    "scontrol": '#!/usr/bin/env bash\n[ "$1 $2" = "show hostnames" ] && printf "node0\\nnode1\\nnode2\\n"\n',
-    "srun": """#!/usr/bin/env bash
-n=1; while [ "$1" != "${1#--}" ]; do [ "$1" = --nodes ] && n=$2; shift 2; done
-for i in $(seq 0 $((n - 1))); do SLURM_NODEID=$i "$@"; done
-""",
-}
-
-
 @pytest.mark.parametrize("layout", ["colocate", "server"])
-def test_the_slurm_script_runs_the_launch_command_on_every_node(tmp_path, layout):
-    """recipes/slurm/train.sbatch under a stand-in SLURM (3 nodes): each training node gets aer_trl.app.launch's
-    command with its own rank and the first node as the main one; in the server layout the last node serves vLLM."""
-    for name, text in SLURM_SHIMS.items():
-        (tmp_path / name).write_text(text)
-        (tmp_path / name).chmod(0o755)
-    env = dict(
-        os.environ,
-        PATH=f"{tmp_path}:{os.environ['PATH']}",
-        SLURM_JOB_NODELIST="node[0-2]",
-        AER_LAUNCH_PRINT="1",
-        LAYOUT=layout,
-        PYTHON=sys.executable,
-    )
+def test_the_slurm_script_runs_one_accelerate_launch_on_every_node(tmp_path, layout):
+    """recipes/slurm/train.sbatch under a stand-in SLURM (3 nodes): each training node gets the plain `accelerate
+    launch` line with its own rank, the totals and the first node as the main one; in the server layout the last node
+    serves vLLM."""
     recipe = "recipes/qwen3_30b_a3b_base/deepscaler/aer.yaml"
-    done = subprocess.run(
-        ["bash", "recipes/slurm/train.sbatch", recipe, "--seed", "1"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    lines = [line for line in done.stdout.splitlines() if "accelerate.commands.launch" in line]
+    done = slurm_dry_run(tmp_path, ["node0", "node1", "node2"], recipe, "--seed", "1", LAYOUT=layout)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("accelerate launch")]
     nodes = 3 if layout == "colocate" else 2
     assert len(lines) == nodes
     for rank, line in enumerate(lines):
+        assert line.startswith("accelerate launch --config_file recipes/accelerate_configs/zero3.yaml ")
         assert f"--machine_rank {rank} " in line and "--main_process_ip node0 " in line
         assert f"--num_machines {nodes} --num_processes {8 * nodes}" in line
-        assert f"--config {recipe}" in line and line.endswith("--seed 1")
+        assert f"recipes/train.py --config {recipe}" in line and line.endswith("--seed 1")
     if layout == "server":
         assert "--vllm_mode server --vllm_server_host node2" in lines[0]
         assert (
             "trl vllm-serve --model Qwen/Qwen3-30B-A3B-Base" in done.stdout
             and "--enable-expert-parallel" in done.stdout
         )
+
+
+def test_the_shipped_zero3_config_starts_one_launcher_per_node():
+    """The sbatch line passes no DeepSpeed launcher flag: the shipped config must say `standard` (pdsh otherwise)."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "recipes" / "accelerate_configs" / "zero3.yaml").read_text())
+    assert config["deepspeed_config"]["deepspeed_multinode_launcher"] == "standard"
