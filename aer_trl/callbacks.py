@@ -65,6 +65,7 @@ class AERCallback(TrainerCallback, ExportableState):
             "anchor_rollouts": controller.anchor_rollouts,
         }
         self.pending_entropy: float | None = None
+        self.save_due = False  # a save asked for inside a rollout batch, written at its end (on_step_end)
         # the run's settings (`run_settings`), set by the trainer and saved with the state, so that a resume
         # can say which settings changed since the checkpoint
         self.settings: dict | None = None
@@ -116,18 +117,27 @@ class AERCallback(TrainerCallback, ExportableState):
     def on_step_end(self, args, state, control, **kwargs):
         self._apply_pending()
         # A checkpoint must end an AER iteration to resume exactly: the entropy of a rollout batch is summed over its
-        # optimizer steps and α moves once at its end. Saves inside a rollout batch come only from the end of
-        # training (save_steps is aligned in AERGRPOConfig): that one is not written (the final model still is, by
-        # save_model), so resuming picks the last checkpoint at a rollout boundary and replays the rest exactly.
+        # optimizer steps and α moves once at its end. So a save asked for inside a rollout batch (save_steps that is
+        # not a multiple of the batch's optimizer steps) moves to the end of that batch; one asked for by the end of
+        # training inside a batch is not written (the final model still is, by save_model), and resuming picks the
+        # last checkpoint at a rollout boundary and replays the rest exactly. (docs/design.md §2)
         steps = rollout_steps(args)
-        if control.should_save and getattr(args, "aer_measurements", True) and steps and state.global_step % steps:
+        if not (getattr(args, "aer_measurements", True) and steps and steps > 1):
+            return
+        inside = state.global_step % steps
+        if control.should_save and inside:
             control.should_save = False
-            warnings.warn(
-                f"step {state.global_step} ends inside a rollout batch: no checkpoint is written here (it could not "
-                "resume AER exactly); the final model is saved by save_model, and resuming starts from the last "
-                "checkpoint at a rollout boundary",
-                stacklevel=2,
-            )
+            if state.max_steps > 0 and state.global_step >= state.max_steps:
+                warnings.warn(
+                    f"step {state.global_step} ends inside a rollout batch: no checkpoint is written here (it could "
+                    "not resume AER exactly); the final model is saved by save_model, and resuming starts from the "
+                    "last checkpoint at a rollout boundary",
+                    stacklevel=2,
+                )
+            else:
+                self.save_due = True
+        elif self.save_due and not inside:
+            control.should_save, self.save_due = True, False
 
     # -- ExportableState ----------------------------------------------------------------------------------------
     def state(self) -> dict:

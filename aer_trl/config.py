@@ -201,7 +201,7 @@ class AERArguments:
         self._engine_generation_kwargs()
         super().__post_init__()
         validate_aer(self)  # AER's checks, on the finished config
-        self._align_saves_to_rollouts()
+        self._warn_saves_inside_rollouts()
 
     def _engine_generation_kwargs(self) -> None:
         """`use_cache` is an argument of transformers' `generate` (the CPU recipes set it: gradient checkpointing
@@ -230,16 +230,16 @@ class AERArguments:
         elif self.gradient_checkpointing is None:
             self.gradient_checkpointing = True
 
-    def _align_saves_to_rollouts(self) -> None:
-        """Checkpoints only at rollout-batch boundaries: AER's iteration (entropy summed over a whole rollout batch,
-        then one α update) cannot be resumed from its middle, so `save_steps` is rounded up to a multiple of the
-        optimizer steps per rollout batch, with a warning that says so (docs/design.md §2)."""
+    def _warn_saves_inside_rollouts(self) -> None:
+        """Says, once at start, where the run's checkpoints fall when they cannot all end an AER iteration (entropy
+        summed over a whole rollout batch, then one α update): `AERCallback` moves a save asked for inside a rollout
+        batch to the batch's end, and writes none at a last step inside one (docs/design.md §2)."""
         if not self.aer_measurements:
             return  # without AER's controller, TRL's checkpointing as the user set it
         steps = rollout_steps(self)
-        if steps is None:
-            return  # a rollout batch ends mid optimizer step: TRL's own geometry, nothing to align to
-        if steps > 1 and self.max_steps > 0 and self.max_steps % steps:
+        if steps is None or steps <= 1:
+            return  # one optimizer step per rollout batch, or a batch that ends mid step (TRL's own geometry)
+        if self.max_steps > 0 and self.max_steps % steps:
             logger.warning(
                 "max_steps=%d ends inside a rollout batch (%d optimizer steps each): the last batch's α update never "
                 "happens and no checkpoint is written at the end (it could not be resumed exactly; the final model is "
@@ -249,22 +249,19 @@ class AERArguments:
                 steps,
             )
         strategy = getattr(self.save_strategy, "value", self.save_strategy)
-        if steps <= 1 or strategy != "steps" or not isinstance(self.save_steps, int) or self.save_steps < 1:
-            return
-        if self.save_steps % steps:
-            rounded = -(-self.save_steps // steps) * steps
+        every = self.save_steps if strategy == "steps" and isinstance(self.save_steps, int) else 0
+        if every >= 1 and every % steps:
             logger.warning(
                 "save_steps=%d falls inside a rollout batch (%d optimizer steps each: steps_per_generation=%d x "
                 "num_iterations=%d / gradient_accumulation_steps=%d); checkpoints must end an AER iteration to resume "
-                "exactly, so save_steps is rounded up to %d",
+                "exactly, so each save moves to the end of its rollout batch (a multiple of %d)",
                 self.save_steps,
                 steps,
                 self.steps_per_generation,
                 self.num_iterations,
                 self.gradient_accumulation_steps,
-                rounded,
+                steps,
             )
-            self.save_steps = rounded
 
     def run_settings(self) -> dict:
         """The settings that shape the trained model (every field but logging, saving, evaluation and Hub

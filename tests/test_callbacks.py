@@ -66,18 +66,23 @@ def test_from_args_reads_the_config_fields(tmp_path):
     }  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "step, aer_measurements, kept",
-    [(3, True, False), (4, True, True), (3, False, True)],
-    ids=["inside-a-rollout-batch", "at-a-rollout-boundary", "aer-off"],
-)
-def test_a_save_inside_a_rollout_batch_is_vetoed_only_for_aer(step, aer_measurements, kept):
-    cb = AERCallback()
-    control = TrainerControl(should_save=True)
-    run_args = args(steps_per_generation=2, aer_measurements=aer_measurements)  # 2 optimizer steps per rollout batch
-    if kept:
-        cb.on_step_end(run_args, TrainerState(global_step=step), control)
-    else:
-        with pytest.warns(UserWarning, match=f"step {step} ends inside a rollout batch"):
-            cb.on_step_end(run_args, TrainerState(global_step=step), control)
-    assert control.should_save is kept
+def saves(cb: AERCallback, run_args, asked: dict[int, bool], max_steps: int = 10) -> list[int]:
+    """The steps whose checkpoint is written, `asked[step]`: whether transformers asked for one at that step."""
+    written = []
+    for step, should_save in asked.items():
+        control = TrainerControl(should_save=should_save)
+        cb.on_step_end(run_args, TrainerState(global_step=step, max_steps=max_steps), control)
+        written += [step] * control.should_save
+    return written
+
+
+def test_a_save_inside_a_rollout_batch_moves_to_the_end_of_that_batch_only_for_aer():
+    asked = {1: False, 2: False, 3: True, 4: False, 5: False, 6: True, 7: False, 8: False}  # save_steps=3
+    assert saves(AERCallback(), args(steps_per_generation=2), asked) == [4, 6]  # 2 optimizer steps per batch
+    assert saves(AERCallback(), args(steps_per_generation=2, aer_measurements=False), asked) == [3, 6]
+    assert saves(AERCallback(), args(steps_per_generation=1), asked) == [3, 6]  # every step ends a rollout batch
+
+
+def test_the_last_step_inside_a_rollout_batch_writes_no_checkpoint_and_says_so():
+    with pytest.warns(UserWarning, match="step 9 ends inside a rollout batch"):
+        assert saves(AERCallback(), args(steps_per_generation=2), {8: False, 9: True}, max_steps=9) == []

@@ -207,8 +207,9 @@ def test_aer_checks_run_on_the_finished_config(tmp_path, monkeypatch):
     assert isinstance(seen["batch"], int) and seen["batch"] > 0  # TRL derives it in its __post_init__
 
 
-def test_save_steps_inside_a_rollout_batch_is_changed_with_a_warning_that_says_why(tmp_path, caplog):
+def test_save_steps_inside_a_rollout_batch_is_kept_with_a_warning_that_says_where_saves_go(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="aer_trl.config"):
         args = make_config(tmp_path, steps_per_generation=4, save_strategy="steps", save_steps=3)
-    assert args.save_steps == 4
-    assert "save_steps=3 falls inside a rollout batch" in caplog.text and "rounded up to 4" in caplog.text
+    assert args.save_steps == 3  # the user's value; AERCallback moves each save to the end of its rollout batch
+    assert "save_steps=3 falls inside a rollout batch" in caplog.text
+    assert "each save moves to the end of its rollout batch (a multiple of 4)" in caplog.text

@@ -154,8 +154,9 @@ def test_resuming_aer_from_a_checkpoint_without_its_state_says_so(tmp_path, toke
 
 def test_resume_from_every_checkpoint_at_an_off_policy_geometry(tmp_path, tokenizer):
     """steps_per_generation = 2 x gradient_accumulation_steps and num_iterations = 2: a rollout batch spans 4
-    optimizer steps. save_steps=1 is rounded up to 4 (a checkpoint inside an AER iteration cannot be resumed
-    exactly), and resuming from every checkpoint continues the uninterrupted α trajectory, H0 and H*."""
+    optimizer steps. save_steps=1: each save moves to the end of its rollout batch (a checkpoint inside an AER
+    iteration cannot be resumed exactly), and resuming from every checkpoint continues the uninterrupted α
+    trajectory, H0 and H*."""
     common = dict(
         aer_tau=1.0,
         aer_eta=0.01,
@@ -168,7 +169,6 @@ def test_resume_from_every_checkpoint_at_an_off_policy_geometry(tmp_path, tokeni
         learning_rate=5e-2,
     )
     full = train_aer(tmp_path / "full", tokenizer, **common)
-    assert full.args.save_steps == 4
     checkpoints = sorted((tmp_path / "full").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     assert [p.name for p in checkpoints] == ["checkpoint-4", "checkpoint-8", "checkpoint-12"]
     assert len(set(alphas(full))) > 1
