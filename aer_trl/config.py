@@ -154,9 +154,11 @@ class AERArguments:
         default=1.0,
         metadata={
             "help": "Which tokens carry AER's bonus: H_i is the mean entropy over the completion's tokens whose "
-            "entropy is in the top aer_bonus_quantile share of the batch's trained tokens (the forking tokens). "
-            "1.0: every token (the paper). Method aer_fork defaults it to 0.2 (ours, docs/methods.md). The "
-            "controller's measured entropy H_t stays the mean over every token."
+            "entropy is in the top aer_bonus_quantile share (0 < q ≤ 1) of this process's micro-batch of trained "
+            "tokens (the forking tokens). 1.0: every token (the paper). Method aer_fork defaults it to 0.2 (ours, "
+            "docs/methods.md). The controller's measured entropy H_t stays the mean over every token. Not TRL's "
+            "top_entropy_quantile, which masks the policy loss (not a bonus) with a threshold over every process's "
+            "tokens and whose help calls that share ρ: AER's ρ is aer_rho, the difficulty threshold."
         },
     )
     chat_template_path: str | None = field(
