@@ -12,7 +12,7 @@ from trl import GRPOConfig
 from trl.trainer.utils import get_config_model_id
 
 from .compat import has_activation_checkpointing
-from .config_checks import resolve_method, validate_aer
+from .config_checks import check_aer_fields, resolve_method
 from .core_algos import rollout_steps
 from .methods import get_method, methods
 from .settings import shaping_settings
@@ -202,7 +202,9 @@ class AERArguments:
         self._checkpointing_name()
         self._engine_generation_kwargs()
         super().__post_init__()
-        validate_aer(self)  # AER's checks, on the finished config
+        if isinstance(self.aer_correctness_reward, str) and self.aer_correctness_reward.lstrip("-").isdigit():
+            self.aer_correctness_reward = int(self.aer_correctness_reward)  # the CLI passes an index as a string
+        check_aer_fields(self)  # AER's checks, on the finished config
         self._warn_saves_inside_rollouts()
 
     def _engine_generation_kwargs(self) -> None:

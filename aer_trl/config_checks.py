@@ -1,5 +1,5 @@
 """How an `AERGRPOConfig` is resolved and checked while it is built: `resolve_method` applies its method's registry
-entry (`aer_trl.methods`) before TRL's `__post_init__`, `validate_aer` checks the AER fields of the finished config
+entry (`aer_trl.methods`) before TRL's `__post_init__`, `check_aer_fields` checks the AER fields of the finished config
 after it; a wrong value is refused with its name and what was expected. (A group of fewer than 2 completions, which
 g(q) cannot use either, is refused by TRL's own check.)"""
 
@@ -10,8 +10,9 @@ import math
 from .methods import TOKEN_LEVEL_LOSSES, get_method, methods
 
 
-def validate_aer(self) -> None:
-    """Raises ValueError naming the field when an AER setting of `self` (an AERGRPOConfig) is out of range."""
+def check_aer_fields(config) -> None:
+    """Raises ValueError naming the field when a field AER adds to `config` (an AER config, built: the AER settings
+    and `vllm_logp_gap_limit`) is out of range. It checks only; it changes nothing."""
 
     def finite(name: str, value) -> float:
         try:
@@ -22,37 +23,35 @@ def validate_aer(self) -> None:
             raise ValueError(f"{name} must be a finite number, got {value!r}")
         return value
 
-    rho = finite("aer_rho", self.aer_rho)
+    rho = finite("aer_rho", config.aer_rho)
     if not 0.0 <= rho <= 1.0:
-        raise ValueError(f"aer_rho must be in [0, 1], got {self.aer_rho}")
-    if finite("aer_tau", self.aer_tau) <= 0:
-        raise ValueError(f"aer_tau must be > 0, got {self.aer_tau}")
-    if finite("aer_eta", self.aer_eta) < 0:
-        raise ValueError(f"aer_eta must be >= 0, got {self.aer_eta}")
-    if finite("aer_alpha_init", self.aer_alpha_init) < 0:
-        raise ValueError(f"aer_alpha_init must be >= 0, got {self.aer_alpha_init}")
-    if self.aer_alpha_max is not None and finite("aer_alpha_max", self.aer_alpha_max) < self.aer_alpha_init:
+        raise ValueError(f"aer_rho must be in [0, 1], got {config.aer_rho}")
+    if finite("aer_tau", config.aer_tau) <= 0:
+        raise ValueError(f"aer_tau must be > 0, got {config.aer_tau}")
+    if finite("aer_eta", config.aer_eta) < 0:
+        raise ValueError(f"aer_eta must be >= 0, got {config.aer_eta}")
+    if finite("aer_alpha_init", config.aer_alpha_init) < 0:
+        raise ValueError(f"aer_alpha_init must be >= 0, got {config.aer_alpha_init}")
+    if config.aer_alpha_max is not None and finite("aer_alpha_max", config.aer_alpha_max) < config.aer_alpha_init:
         raise ValueError(
-            f"aer_alpha_max must be >= aer_alpha_init ({self.aer_alpha_init}) or None, got {self.aer_alpha_max}"
+            f"aer_alpha_max must be >= aer_alpha_init ({config.aer_alpha_init}) or None, got {config.aer_alpha_max}"
         )
-    if self.aer_bonus_cap is not None and finite("aer_bonus_cap", self.aer_bonus_cap) <= 0:
-        raise ValueError(f"aer_bonus_cap must be > 0 or None, got {self.aer_bonus_cap}")
-    if not 0 < finite("aer_bonus_quantile", self.aer_bonus_quantile) <= 1:
-        raise ValueError(f"aer_bonus_quantile must be in (0, 1], got {self.aer_bonus_quantile}")
-    if isinstance(self.aer_anchor_rollouts, bool) or int(self.aer_anchor_rollouts) != self.aer_anchor_rollouts:
-        raise ValueError(f"aer_anchor_rollouts must be an integer >= 1, got {self.aer_anchor_rollouts}")
-    if self.aer_anchor_rollouts < 1:
-        raise ValueError(f"aer_anchor_rollouts must be an integer >= 1, got {self.aer_anchor_rollouts}")
-    if finite("aer_eps", self.aer_eps) <= 0:
-        raise ValueError(f"aer_eps must be > 0, got {self.aer_eps}")
-    finite("aer_correctness_threshold", self.aer_correctness_threshold)
-    if self.aer_fixed_target is not None and finite("aer_fixed_target", self.aer_fixed_target) <= 0:
-        raise ValueError(f"aer_fixed_target must be > 0 or None, got {self.aer_fixed_target}")
-    limit = self.vllm_logp_gap_limit
+    if config.aer_bonus_cap is not None and finite("aer_bonus_cap", config.aer_bonus_cap) <= 0:
+        raise ValueError(f"aer_bonus_cap must be > 0 or None, got {config.aer_bonus_cap}")
+    if not 0 < finite("aer_bonus_quantile", config.aer_bonus_quantile) <= 1:
+        raise ValueError(f"aer_bonus_quantile must be in (0, 1], got {config.aer_bonus_quantile}")
+    if isinstance(config.aer_anchor_rollouts, bool) or int(config.aer_anchor_rollouts) != config.aer_anchor_rollouts:
+        raise ValueError(f"aer_anchor_rollouts must be an integer >= 1, got {config.aer_anchor_rollouts}")
+    if config.aer_anchor_rollouts < 1:
+        raise ValueError(f"aer_anchor_rollouts must be an integer >= 1, got {config.aer_anchor_rollouts}")
+    if finite("aer_eps", config.aer_eps) <= 0:
+        raise ValueError(f"aer_eps must be > 0, got {config.aer_eps}")
+    finite("aer_correctness_threshold", config.aer_correctness_threshold)
+    if config.aer_fixed_target is not None and finite("aer_fixed_target", config.aer_fixed_target) <= 0:
+        raise ValueError(f"aer_fixed_target must be > 0 or None, got {config.aer_fixed_target}")
+    limit = config.vllm_logp_gap_limit
     if limit is not None and not (isinstance(limit, (int, float)) and not math.isnan(limit) and limit > 0):
         raise ValueError(f"vllm_logp_gap_limit must be a number of nats > 0 (.inf: no check) or unset, got {limit!r}")
-    if isinstance(self.aer_correctness_reward, str) and self.aer_correctness_reward.lstrip("-").isdigit():
-        self.aer_correctness_reward = int(self.aer_correctness_reward)  # the CLI passes indices as strings
 
 
 def resolve_method(config) -> dict:

@@ -198,11 +198,11 @@ def test_trl_fields_keep_trls_meaning_and_the_two_unset_ones_say_so(tmp_path):
 
 
 def test_aer_checks_run_on_the_finished_config(tmp_path, monkeypatch):
-    """`validate_aer` sees the config after TRL's __post_init__ (TRL's derived values are set), not before it."""
+    """`check_aer_fields` sees the config after TRL's __post_init__ (TRL's derived values are set), not before it."""
     import aer_trl.config as config_module
 
     seen = {}
-    monkeypatch.setattr(config_module, "validate_aer", lambda c: seen.update(batch=c.generation_batch_size))
+    monkeypatch.setattr(config_module, "check_aer_fields", lambda c: seen.update(batch=c.generation_batch_size))
     make_config(tmp_path)
     assert isinstance(seen["batch"], int) and seen["batch"] > 0  # TRL derives it in its __post_init__
 
