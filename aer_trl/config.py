@@ -71,10 +71,12 @@ class AERArguments:
     aer_measurements: bool | None = field(
         default=None,
         metadata={
-            "help": "AER's outputs: the entropy controller's measurements and per-difficulty telemetry (aer/* "
-            "metrics), <output_dir>/metrics.jsonl and the AER section of the model card. Unset: on for the AER "
-            "methods (they need it), off for the others, which then train and log exactly as trl.GRPOTrainer; set "
-            "true to compare a baseline with AER on the same measurements."
+            "help": "AER's controller and what it reports, all or nothing: the controller's callback (it measures "
+            "H_t, anchors H0 and H*, moves α), its per-difficulty telemetry (aer/* metrics), <output_dir>/"
+            "metrics.jsonl, the AER section of the model card and its tags, and checkpoints only where a rollout "
+            "batch ends (its iteration cannot be resumed from the middle). Unset: on for the AER methods (they need "
+            "it), off for the others, which then train, save and log exactly as TRL's trainer; set true to compare "
+            "a baseline with AER on the same measurements."
         },
     )
     aer_rho: float = field(
