@@ -158,10 +158,9 @@ class AERCallback(TrainerCallback, ExportableState):
 class ScheduleResumeCallback(TrainerCallback):
     """A checkpoint without optimizer and scheduler state (saved with `save_only_model`, or copied without optimizer.pt
     and scheduler.pt): transformers then starts the optimizer and the learning-rate schedule over from step 0,
-    silently (measured: linear decay over 4 steps, resumed at step 2: lr 2.5e-4 at step 3 instead of 1.25e-4). At
-    the start of such a resumed run the schedule is stepped on to the checkpoint's step, and a warning names what
-    cannot come back (the optimizer's moments, the random state). A restored schedule (or DeepSpeed's, which its
-    own checkpoint holds) has moved past step 0 and is left alone."""
+    silently (docs/design.md §2). At the start of such a resumed run the schedule is stepped on to the checkpoint's
+    step, and a warning names what cannot come back (the optimizer's moments, the random state). A restored schedule
+    (or DeepSpeed's, which its own checkpoint holds) has moved past step 0 and is left alone."""
 
     def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
         if state.global_step == 0 or getattr(lr_scheduler, "last_epoch", None) != 0:

@@ -187,8 +187,8 @@ class AERArguments:
             "sampling/sampling_logp_difference/mean "
             "(mean |log-prob of vLLM − of the trainer| over a rollout batch's tokens) is above this many nats, i.e. "
             "when the engine no longer samples the policy being trained (a broken weight sync). Unset: by the "
-            "trainer's compute dtype, 1e-3 in float32 and 0.1 under bf16/fp16 (measured healthy: ~1e-5 and up to "
-            "0.022; a broken MoE sync 0.02-0.36, docs/design.md §7). .inf: no check. Needs TRL's "
+            "trainer's compute dtype, 1e-3 in float32 and 0.1 under bf16/fp16 (the healthy and broken gaps measured: "
+            "docs/design.md §7). .inf: no check. Needs TRL's "
             "vllm_importance_sampling_correction (on by default), which measures the gap."
         },
     )
