@@ -9,7 +9,8 @@ one JSON of figures and verdicts at the end.
 
 Parts (all but `study` by default):
 - env: the device, its memory and the versions of torch, CUDA, transformers, TRL, accelerate, DeepSpeed, vLLM.
-- tests: `pytest -m gpu` (tests/test_gpu.py: bf16 AER, the lab on cuda, the evaluation harness, ZeRO-3 on one GPU).
+- tests: `pytest -m gpu` (tests/test_gpu.py: bf16 AER, the evaluation harness, ZeRO-3 on one GPU;
+  bench/tests/test_gpu_bench.py: the lab and the bench's speed-ups on cuda).
 - share: AER/GRPO step time and peak memory with `share_prompt_forward` off and on (benchmarks/step_cost.py
   `--suite share`: SmolLM2-135M and Qwen3-0.6B shapes, 8 completions of one prompt, 256 + 512 tokens).
 - recipe: a few steps of the GPU arithmetic recipe (recipes/smollm2_135m_instruct/arithmetic_gpu/aer.yaml) launched
@@ -141,7 +142,8 @@ def part_tests(cpu: bool, out: Path) -> dict:
     import xml.etree.ElementTree as ET
 
     report = out / "gpu_tests.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_gpu.py", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_gpu.py", "bench/tests/test_gpu_bench.py"]
+    cmd += ["-p", "no:cacheprovider"]
     code, seconds = run([*cmd, f"--junitxml={report}"], out / "gpu_tests.log", timeout=900)
     suite = ET.parse(report).getroot()
     suite = suite if suite.tag == "testsuite" else suite[0]

@@ -101,7 +101,7 @@ def build_models(hub: Path) -> None:
     import torch
     import transformers
 
-    from aer_bench.lab.tokenizer import build_char_tokenizer
+    from aer_trl.testing import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
     ids = {"pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.bos_token_id}

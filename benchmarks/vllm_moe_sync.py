@@ -23,9 +23,8 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process
 
 import torch  # noqa: E402
 
-from aer_bench.lab.model import build_tiny_qwen3, build_tiny_qwen3_moe  # noqa: E402
-from aer_bench.lab.tokenizer import build_char_tokenizer  # noqa: E402
 from aer_trl import vllm_support  # noqa: E402
+from aer_trl.testing import build_char_tokenizer, build_tiny_qwen3, build_tiny_qwen3_moe  # noqa: E402
 
 
 def per_expert(named):

@@ -12,9 +12,8 @@ import torch
 import torch.nn.functional as F
 from datasets import Dataset
 
-from aer_bench.lab.model import build_tiny_qwen3, build_tiny_qwen3_moe
-from aer_bench.lab.tokenizer import build_char_tokenizer
 from aer_trl import AERGRPOConfig, AERGRPOTrainer, AERRLOOConfig, AERRLOOTrainer
+from aer_trl.testing import build_char_tokenizer, build_tiny_qwen3, build_tiny_qwen3_moe
 
 
 def make_tokenizer():
@@ -87,19 +86,10 @@ def make_config(output_dir, config_class=AERGRPOConfig, **overrides) -> AERGRPOC
     return config_class(**config_kwargs(output_dir, **overrides))
 
 
-def make_bench_config(output_dir, **overrides):
-    """The research bench's config (`share_prompt_forward` / `share_prompt_generation`), for its trainer."""
-    from aer_bench.training import BenchConfig
-
-    return make_config(output_dir, BenchConfig, **overrides)
-
-
-def make_trainer(tokenizer, args, seed: int = 0, reward_funcs=None, **kwargs) -> AERGRPOTrainer:
-    """A tiny AER trainer for `args` (AERRLOOTrainer for an AERRLOOConfig, the bench's `BenchGRPOTrainer` for a bench
-    config, else AERGRPOTrainer): the tiny Qwen3 (`seed`), the toy prompts, the even-length reward unless given."""
-    trainer_class = AERRLOOTrainer if isinstance(args, AERRLOOConfig) else AERGRPOTrainer
-    if hasattr(args, "share_prompt_forward"):
-        from aer_bench.training import BenchGRPOTrainer as trainer_class
+def make_trainer(tokenizer, args, seed: int = 0, reward_funcs=None, trainer_class=None, **kwargs) -> AERGRPOTrainer:
+    """A tiny AER trainer for `args` (`trainer_class`, default AERRLOOTrainer for an AERRLOOConfig, else
+    AERGRPOTrainer): the tiny Qwen3 (`seed`), the toy prompts, the even-length reward unless given."""
+    trainer_class = trainer_class or (AERRLOOTrainer if isinstance(args, AERRLOOConfig) else AERGRPOTrainer)
     return trainer_class(
         model=make_model(tokenizer, seed=seed),
         reward_funcs=reward_funcs or [even_length_reward],

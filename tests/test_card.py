@@ -24,14 +24,14 @@ def test_an_aer_card_has_the_settings_and_controller_state_and_links_only_what_e
     assert "https://huggingface.co/None" not in card and "a fine-tuned model" in card  # no link to a base model
 
 
-@pytest.mark.parametrize("dataset_name", ["lab", "rows.jsonl"])
+@pytest.mark.parametrize("dataset_name", ["gsm8k-sample", "rows.jsonl"])
 def test_local_data_is_named_not_linked(tmp_path, dataset_name):
     card = _card(tmp_path, dataset_name)
     assert f"`{dataset_name}`" in card and f"huggingface.co/datasets/{dataset_name}" not in card
 
 
 def test_a_baseline_with_telemetry_has_its_section_without_aer_settings(tmp_path):
-    card = _card(tmp_path, "lab", method="clip_higher", aer_measurements=True)
+    card = _card(tmp_path, "gsm8k-sample", method="clip_higher", aer_measurements=True)
     assert "## Training method: GRPO with Clip-Higher (DAPO)" in card and "`clip_higher` baseline" in card
     assert "final α" not in card and "ρ (pivot accuracy)" not in card
 
@@ -41,7 +41,9 @@ def test_a_baseline_with_telemetry_has_its_section_without_aer_settings(tmp_path
 def test_no_card_links_huggingface_co_none(tmp_path, config, where):
     """A local base model is named by its folder (with its path); a Hub base model keeps TRL's link."""
     tokenizer = helpers.make_tokenizer()
-    trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "run", **config), dataset_name="lab")
+    trainer = helpers.make_trainer(
+        tokenizer, helpers.make_config(tmp_path / "run", **config), dataset_name="gsm8k-sample"
+    )
     if where == "local":
         folder = tmp_path / "models" / "my-base-model"
         folder.mkdir(parents=True)

@@ -34,9 +34,9 @@ def test_checkpointing_set_by_either_name_without_a_warning(tmp_path, given):
         assert config.activation_checkpointing is expected
 
 
-def test_a_training_step_with_the_shared_prompt_forward_and_sampling_warn_of_no_renamed_name(tmp_path):
+def test_a_training_step_and_sampling_warn_of_no_renamed_name(tmp_path):
     tokenizer = helpers.make_tokenizer()
-    args = helpers.make_bench_config(tmp_path, share_prompt_forward=True, max_steps=1)
+    args = helpers.make_config(tmp_path, max_steps=1)
     trainer = helpers.make_trainer(tokenizer, args)
     assert cache_kwarg(trainer.model) in ("cache", "past_key_values")
     with warnings.catch_warnings(record=True) as caught:

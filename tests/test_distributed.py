@@ -114,13 +114,9 @@ def test_two_processes_deepspeed_zero3_sharded(tmp_path):
         *ZERO3,
         script_args=[
             *["--max_steps", "3", "--save_steps", "2", "--eval_bench", eval_bench(tmp_path)],
-            *["--share_prompt_forward", "true"],  # through the DeepSpeed engine (its `.config` is a dict: H200 bug)
-            *["--share_prompt_generation", "true"],  # the prefill inside TRL's ZeRO-3 gathering
         ],
     )
     assert ranks[0]["deepspeed"] and ranks[0]["sharded"] and ranks[1]["sharded"]
-    assert ranks[0]["shared_forwards"] > 0 and ranks[1]["shared_forwards"] > 0
-    assert ranks[0]["shared_rollouts"] == ranks[1]["shared_rollouts"] == 3
     check_group_accuracy_and_lockstep(ranks)
     check_validation_agrees(ranks)  # sampling under ZeRO-3 with uneven shares does not hang
     ckpt = tmp_path / "checkpoint-2"

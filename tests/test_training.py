@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import aer_bench.training  # noqa: F401 (registers the lab sources the tests train on)
-from aer_bench.studies import demo
 from aer_trl import AERGRPOConfig
 from tests import helpers
 
@@ -28,21 +26,21 @@ def test_unknown_reward_is_a_clear_error():
         resolve_reward_funcs(["math_accuracy_reward"])
 
 
-def lab_argv(tmp_path, *extra):
+def tiny_argv(tmp_path, *extra):
+    """A run of the library's command line on a tiny local model and 64 local question/answer rows (nothing of the
+    research bench): 4 prompts x 4 completions per optimizer step, one step per rollout batch, so a checkpoint after
+    every step is exact."""
+    model, data = tmp_path / "model", tmp_path / "rows.jsonl"
+    if not model.exists():
+        helpers.save_model(helpers.make_tokenizer(), model)
+    if not data.exists():
+        data.write_text("".join(json.dumps({"problem": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(64)))
     return [
-        "--config",
-        str(ROOT / "recipes" / "lab" / "aer.yaml"),
-        "--output_dir",
-        str(tmp_path / "run"),
-        "--lab_cache_dir",
-        str(tmp_path / "lab"),
-        *demo.QUICK_OVERRIDES,
-        "--steps_per_generation",  # one optimizer step per rollout batch: a checkpoint after every step is exact
-        "1",
-        "--save_strategy",
-        "steps",
-        "--save_steps",
-        "1",
+        *["--model_name_or_path", str(model), "--dtype", "float32", "--dataset_name", str(data)],
+        *["--output_dir", str(tmp_path / "run"), *CPU, "--report_to", "none", "--disable_tqdm", "true"],
+        *["--per_device_train_batch_size", "16", "--num_generations", "4", "--max_completion_length", "8"],
+        *["--steps_per_generation", "1", "--save_strategy", "steps", "--save_steps", "1", "--logging_steps", "1"],
+        *["--gradient_checkpointing", "false"],
         *extra,
     ]
 
@@ -50,15 +48,15 @@ def lab_argv(tmp_path, *extra):
 def test_a_fresh_run_into_a_folder_with_an_earlier_runs_checkpoints_is_refused(tmp_path):
     """Its checkpoints would mix with the earlier run's, and `resume_from_checkpoint: latest` would then continue the
     earlier run from its highest step; resuming it is what the message offers, and works."""
-    from aer_bench import run as train  # aer_trl.app.run with the lab's classes
+    from aer_trl.app import run as train
 
-    train.main(lab_argv(tmp_path, "--max_steps", "2"))
+    train.main(tiny_argv(tmp_path, "--max_steps", "2"))
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*") if p.name != "_aer_trl.lock"}
     with pytest.raises(FileExistsError, match=r"holds an earlier run's checkpoints \(checkpoint-1, checkpoint-2\)"):
-        train.main(lab_argv(tmp_path, "--max_steps", "1", "--seed", "3"))
+        train.main(tiny_argv(tmp_path, "--max_steps", "1", "--seed", "3"))
     after = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*") if p.name != "_aer_trl.lock"}
     assert after == before  # nothing touched
-    trainer = train.main(lab_argv(tmp_path, "--max_steps", "3", "--resume_from_checkpoint", "latest"))
+    trainer = train.main(tiny_argv(tmp_path, "--max_steps", "3", "--resume_from_checkpoint", "latest"))
     assert trainer.state.global_step == 3
 
 
@@ -67,37 +65,37 @@ def test_a_lora_checkpoint_resumes_only_as_the_adapter_it_was_trained_as(tmp_pat
     """Resumed with another lora_alpha, the adapter's weights loaded under another scaling and trained on, silently;
     with use_peft toggled, transformers failed deep inside. Each is refused up front by name; the same settings
     resume."""
-    from aer_bench import run as train  # aer_trl.app.run with the lab's classes
+    from aer_trl.app import run as train
 
     lora = ["--use_peft", "true", "--lora_target_modules", "all-linear"]
-    train.main(lab_argv(tmp_path, "--max_steps", "1", *lora))
+    train.main(tiny_argv(tmp_path, "--max_steps", "1", *lora))
     resume = ["--max_steps", "2", "--resume_from_checkpoint", "latest"]
     with pytest.raises(ValueError, match="trained with other settings \\(lora_alpha 32 -> 64\\)"):
-        train.main(lab_argv(tmp_path, *resume, *lora, "--lora_alpha", "64"))
+        train.main(tiny_argv(tmp_path, *resume, *lora, "--lora_alpha", "64"))
     with pytest.raises(ValueError, match="use_rslora False -> True"):
-        train.main(lab_argv(tmp_path, *resume, *lora, "--use_rslora", "true"))
+        train.main(tiny_argv(tmp_path, *resume, *lora, "--use_rslora", "true"))
     with pytest.raises(ValueError, match="holds a LoRA adapter .* this run trains the full model"):
-        train.main(lab_argv(tmp_path, *resume))
+        train.main(tiny_argv(tmp_path, *resume))
     with caplog.at_level("WARNING", logger="aer_trl.resume"):
-        trainer = train.main(lab_argv(tmp_path, *resume, *lora, "--lora_dropout", "0.1"))
+        trainer = train.main(tiny_argv(tmp_path, *resume, *lora, "--lora_dropout", "0.1"))
     assert trainer.state.global_step == 2 and "lora_dropout 0.05 -> 0.1" in caplog.text  # allowed, and named
     full = tmp_path / "full"
-    train.main(lab_argv(full, "--max_steps", "1"))
+    train.main(tiny_argv(full, "--max_steps", "1"))
     with pytest.raises(ValueError, match="holds a full model and this run trains a LoRA adapter"):
-        train.main(lab_argv(full, *resume, *lora))
+        train.main(tiny_argv(full, *resume, *lora))
 
 
 def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anything(tmp_path):
     """Two runs in one folder overwrite each other's checkpoints and interleave metrics.jsonl: while a run holds
     `output_dir`, another is refused by name; a killed run leaves no stale lock."""
-    from aer_bench import run as train  # aer_trl.app.run with the lab's classes
+    from aer_trl.app import run as train
     from aer_trl.app.checkpoints import RUN_LOCK, lock_output_dir
 
     run = tmp_path / "run"
     run.mkdir()
     with helpers.lock_held_elsewhere(run / RUN_LOCK) as holder:
         with pytest.raises(RuntimeError, match=f"another run is training into it \\(process {holder.pid}\\)"):
-            train.main(lab_argv(tmp_path, "--max_steps", "1"))
+            train.main(tiny_argv(tmp_path, "--max_steps", "1"))
         assert sorted(p.name for p in run.iterdir()) == sorted([RUN_LOCK, f"{RUN_LOCK}.held"])  # nothing written
     fd = lock_output_dir(AERGRPOConfig(output_dir=str(run), use_cpu=True, bf16=False, report_to="none"))
     assert fd is not None  # the killed holder's lock is gone
@@ -107,7 +105,7 @@ def test_a_second_run_into_the_same_output_dir_is_refused_before_it_writes_anyth
 def test_a_run_that_fails_releases_and_removes_its_lock(tmp_path):
     """A run ends however it ends (here: its data set cannot be read, after the lock was taken): the lock is released
     and its file removed, so the folder holds nothing of the failed run; the next run takes the folder at once."""
-    from aer_bench import run as train
+    from aer_trl.app import run as train
     from aer_trl.app.checkpoints import RUN_LOCK
     from aer_trl.app.files import try_lock, unlock
 
@@ -115,7 +113,7 @@ def test_a_run_that_fails_releases_and_removes_its_lock(tmp_path):
     model = helpers.save_model(helpers.make_tokenizer(), tmp_path / "model")
     missing = ["--dataset_name", str(tmp_path / "missing.jsonl"), "--model_name_or_path", model]
     with pytest.raises(FileNotFoundError, match="dataset_name: local file .*missing.jsonl does not exist"):
-        train.main(lab_argv(tmp_path, "--max_steps", "1", *missing))
+        train.main(tiny_argv(tmp_path, "--max_steps", "1", *missing))
     assert not (run / RUN_LOCK).exists()
     fd = try_lock(run / RUN_LOCK)
     assert fd is not None
@@ -127,17 +125,17 @@ def test_a_run_that_fails_releases_and_removes_its_lock(tmp_path):
 def test_resume_true_from_the_cli_skips_an_incomplete_checkpoint(tmp_path):
     import subprocess
 
-    from aer_bench import run as train  # aer_trl.app.run with the lab's classes
+    from aer_trl.app import run as train
 
-    train.main(lab_argv(tmp_path, "--max_steps", "2"))
+    train.main(tiny_argv(tmp_path, "--max_steps", "2"))
     run = tmp_path / "run"
     (run / "checkpoint-2" / "trainer_state.json").unlink()  # a save killed half-way (or a full disk)
     done = subprocess.run(
         [
             sys.executable,
             "-m",
-            "aer_bench.run",
-            *lab_argv(tmp_path, "--max_steps", "3"),
+            "aer_trl.app.run",
+            *tiny_argv(tmp_path, "--max_steps", "3"),
             "--resume_from_checkpoint",
             "true",
             "--max_train_samples",  # the script's arguments are settings too: a resume on other data says so
@@ -177,7 +175,8 @@ def test_the_sweep_resumes_each_value_so_a_stopped_sweep_continues():
     sys.path.insert(0, str(ROOT / "recipes"))
     import sweep  # recipes/sweep.py
 
-    for command in sweep.commands(str(ROOT / "recipes" / "lab" / "aer.yaml"), "aer_tau", [0.3, 0.5], "python", []):
+    recipe = str(ROOT / "recipes" / "smollm2_135m_instruct" / "gsm8k" / "aer.yaml")
+    for command in sweep.commands(recipe, "aer_tau", [0.3, 0.5], "python", []):
         assert command[command.index("--resume_from_checkpoint") + 1] == "auto"
 
 
@@ -211,8 +210,6 @@ def test_a_half_specified_real_run_is_refused():
         check_model_given(get_source("gsm8k"), ModelConfig())
     with pytest.raises(FileNotFoundError, match="model_name_or_path: no model folder"):
         check_model_given(get_source("gsm8k"), ModelConfig(model_name_or_path="runs/a/missing"))
-    check_model_given(get_source("lab"), ModelConfig())  # sources with a default model need none
-    check_model_given(get_source("arithmetic"), ModelConfig())
 
 
 def test_cpu_runs_use_the_machines_cores(tmp_path, monkeypatch):
@@ -238,7 +235,7 @@ def test_train_script_trains_on_local_model_and_data_and_writes_card(tmp_path, t
     helpers.save_model(tokenizer, model_dir)
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"problem": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(16)))
-    from aer_bench import run as train  # aer_trl.app.run with the lab's classes
+    from aer_trl.app import run as train
 
     out = tmp_path / "out"
     train.main(

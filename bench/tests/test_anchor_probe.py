@@ -1,6 +1,7 @@
 """aer_bench.anchor_probe: `aer_anchor_probe` measures H0 on the untrained policy before step 1, once; its settings
 are checked by name; the library's config has no such field."""
 
+import bench_helpers
 import pytest
 
 from aer_trl import AERGRPOConfig
@@ -22,8 +23,8 @@ def spy_on_generate(trainer):
 
 
 def test_probe_anchors_h0_before_step_1_and_leaves_the_rollout_metrics_alone(tmp_path, tokenizer):
-    args = helpers.make_bench_config(tmp_path, aer_anchor_probe=6, aer_tau=2.0, aer_eta=0.01, max_steps=2)
-    trainer = helpers.make_trainer(tokenizer, args)
+    args = bench_helpers.make_bench_config(tmp_path, aer_anchor_probe=6, aer_tau=2.0, aer_eta=0.01, max_steps=2)
+    trainer = bench_helpers.make_trainer(tokenizer, args)
     calls = spy_on_generate(trainer)
     trainer.train()
     (probe, probe_lengths), (step1, step1_lengths), _ = calls
@@ -43,9 +44,9 @@ def test_probe_anchors_h0_before_step_1_and_leaves_the_rollout_metrics_alone(tmp
 
 def test_probe_is_not_taken_again_on_resume(tmp_path, tokenizer):
     common = dict(aer_anchor_probe=4, aer_tau=1.0, aer_eta=0.01, max_steps=4, save_strategy="steps", save_steps=2)
-    full = helpers.make_trainer(tokenizer, helpers.make_bench_config(tmp_path / "full", **common))
+    full = bench_helpers.make_trainer(tokenizer, bench_helpers.make_bench_config(tmp_path / "full", **common))
     full.train()
-    resumed = helpers.make_trainer(tokenizer, helpers.make_bench_config(tmp_path / "resumed", **common))
+    resumed = bench_helpers.make_trainer(tokenizer, bench_helpers.make_bench_config(tmp_path / "resumed", **common))
     calls = spy_on_generate(resumed)
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
     assert len(calls) == 2  # steps 3 and 4, no probe
@@ -58,10 +59,10 @@ def test_probe_leaves_truncated_completions_out_when_training_does(tmp_path, tok
     the same probe completions (same seed) give another H0 than without the mask."""
     runs = []
     for masked in (False, True):
-        args = helpers.make_bench_config(
+        args = bench_helpers.make_bench_config(
             tmp_path / str(masked), aer_anchor_probe=16, mask_truncated_completions=masked, max_steps=1
         )
-        trainer = helpers.make_trainer(tokenizer, args)
+        trainer = bench_helpers.make_trainer(tokenizer, args)
         calls = spy_on_generate(trainer)
         trainer.train()
         runs.append((calls[0], trainer.aer_callback.initial_entropy))
@@ -73,10 +74,10 @@ def test_probe_leaves_truncated_completions_out_when_training_does(tmp_path, tok
 
 def test_trls_adaptive_entropy_anchored_at_a_probe(tmp_path, tokenizer):
     """`aer_trl_target_ratio` with `aer_anchor_probe`: TRL's target is ratio × the probe's H0, as AER's H* would be."""
-    args = helpers.make_bench_config(
+    args = bench_helpers.make_bench_config(
         tmp_path, method="skywork", aer_measurements=True, max_steps=2, aer_trl_target_ratio=0.5, aer_anchor_probe=4
     )
-    trainer = helpers.make_trainer(tokenizer, args)
+    trainer = bench_helpers.make_trainer(tokenizer, args)
     trainer.train()
     probe = trainer.state.log_history[0]["aer/anchor_probe_entropy"]
     assert trainer.aer_callback.initial_entropy == pytest.approx(probe)
@@ -95,10 +96,10 @@ def test_trls_adaptive_entropy_anchored_at_a_probe(tmp_path, tokenizer):
 )
 def test_bad_probe_settings_are_refused_by_name(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
-        helpers.make_bench_config(tmp_path, **overrides)
+        bench_helpers.make_bench_config(tmp_path, **overrides)
 
 
 def test_the_probe_is_the_benchs_not_the_librarys(tmp_path):
-    assert helpers.make_bench_config(tmp_path).aer_anchor_probe == 0  # off unless asked for
+    assert bench_helpers.make_bench_config(tmp_path).aer_anchor_probe == 0  # off unless asked for
     with pytest.raises(TypeError, match="aer_anchor_probe"):
         AERGRPOConfig(**helpers.config_kwargs(tmp_path, aer_anchor_probe=4))

@@ -1,6 +1,7 @@
 """aer_bench.run and aer_bench.training: the bench's training command line (`aer_trl.app.run` with the lab's classes),
 and every recipe the bench ships loads strictly with them."""
 
+import bench_helpers
 import pytest
 
 from aer_bench.training import BenchConfig, parse_recipe
@@ -70,7 +71,9 @@ def test_the_librarys_trainer_refuses_a_bench_setting_it_would_ignore(tmp_path, 
     from aer_trl import AERGRPOTrainer
     from tests import helpers
 
-    args = helpers.make_bench_config(tmp_path, **settings)
+    args = bench_helpers.make_bench_config(tmp_path, **settings)
     with pytest.raises(TypeError, match=mixin):
         AERGRPOTrainer(model=helpers.make_model(tokenizer), reward_funcs=[helpers.even_length_reward], args=args)
-    assert helpers.make_trainer(tokenizer, helpers.make_bench_config(tmp_path / "bench", **settings))  # the bench's
+    assert bench_helpers.make_trainer(
+        tokenizer, bench_helpers.make_bench_config(tmp_path / "bench", **settings)
+    )  # the bench's

@@ -1,6 +1,7 @@
 """aer_bench.controller_steps: the proportional and PI steps of C3 and the gate (ours), against hand-computed values
 and through training with the bench's config and trainer; the library's config and trainer refuse them by name."""
 
+import bench_helpers
 import pytest
 
 from aer_bench.controller_steps import SteppedController, pi_step, proportional_step
@@ -10,7 +11,7 @@ from tests.helpers import alphas
 
 
 def train_bench(tmp_path, tokenizer, **overrides):
-    trainer = helpers.make_trainer(tokenizer, helpers.make_bench_config(tmp_path, **overrides))
+    trainer = bench_helpers.make_trainer(tokenizer, bench_helpers.make_bench_config(tmp_path, **overrides))
     trainer.train()
     return trainer
 
@@ -136,13 +137,13 @@ def test_method_aer_pi_steers_alpha_by_the_pi_law_and_the_gate_zeroes_the_applie
 )
 def test_bad_step_settings_are_refused_by_name(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
-        helpers.make_bench_config(tmp_path, **overrides)
+        bench_helpers.make_bench_config(tmp_path, **overrides)
 
 
 def test_the_library_refuses_the_benchs_steps_by_name(tmp_path, tokenizer):
     with pytest.raises(ValueError, match=r"method='aer_pi' sets \['aer_gate', 'aer_step'\], which AERGRPOConfig"):
         AERGRPOConfig(**helpers.config_kwargs(tmp_path, method="aer_pi"))
-    args = helpers.make_bench_config(tmp_path, method="aer_prop")
+    args = bench_helpers.make_bench_config(tmp_path, method="aer_prop")
     with pytest.raises(TypeError, match="SteppedControllerMixin"):
         AERGRPOTrainer(model=helpers.make_model(tokenizer), reward_funcs=[helpers.even_length_reward], args=args)
 
@@ -154,9 +155,11 @@ def test_the_stepped_controller_resumes_exactly(tmp_path, tokenizer, restore):
     own stepped one must be kept."""
     common = dict(method="aer_pi", aer_fixed_target=5.0, max_steps=4, save_strategy="steps", save_steps=2)
     full = train_bench(tmp_path / "full", tokenizer, **common)
-    resumed = helpers.make_trainer(
+    resumed = bench_helpers.make_trainer(
         tokenizer,
-        helpers.make_bench_config(tmp_path / "resumed", restore_callback_states_from_checkpoint=restore, **common),
+        bench_helpers.make_bench_config(
+            tmp_path / "resumed", restore_callback_states_from_checkpoint=restore, **common
+        ),
     )
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
     assert alphas(resumed) == alphas(full)

@@ -81,3 +81,14 @@ def test_arithmetic_source_defaults_to_the_chosen_2_shot_format():
 def test_lab_source_refuses_a_prompt_format():
     with pytest.raises(ValueError, match="raw text prompts"):
         resolve_format(get_source("lab"), AERScriptArguments(prompt_num_shots=2))
+
+
+def test_the_lab_sources_bring_their_own_model():
+    """`lab` and `arithmetic` name a default model (the warm-started toy, SmolLM2 from its wheel): a run needs none."""
+    from trl import ModelConfig
+
+    from aer_trl.app.data import get_source
+    from aer_trl.app.training import check_model_given
+
+    for name in ("lab", "arithmetic"):
+        check_model_given(get_source(name), ModelConfig())

@@ -3,6 +3,7 @@ samples from: with the same seed, the same tokens (up to float rounding of the p
 does not apply. Same seed, same draws is a coupling of the two samplers: the share of rows that differ bounds the
 total variation distance between their distributions, so the first test is also the distribution test."""
 
+import bench_helpers
 import pytest
 import torch
 from trl import GRPOTrainer
@@ -13,10 +14,10 @@ from tests import helpers
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory):
     tokenizer = helpers.make_tokenizer()
-    args = helpers.make_bench_config(
+    args = bench_helpers.make_bench_config(
         tmp_path_factory.mktemp("gen"), share_prompt_generation=True, max_completion_length=6, num_generations=4
     )
-    return helpers.make_trainer(tokenizer, args, seed=3)
+    return bench_helpers.make_trainer(tokenizer, args, seed=3)
 
 
 def _prompt_ids(tokenizer, texts, group):
@@ -70,7 +71,7 @@ def test_trls_path_where_it_does_not_apply(trainer, monkeypatch):
 
 def test_trains_with_shared_generation(tmp_path):
     tokenizer = helpers.make_tokenizer()
-    args = helpers.make_bench_config(tmp_path, share_prompt_generation=True, aer_alpha_init=0.05, max_steps=2)
-    trainer = helpers.make_trainer(tokenizer, args)
+    args = bench_helpers.make_bench_config(tmp_path, share_prompt_generation=True, aer_alpha_init=0.05, max_steps=2)
+    trainer = bench_helpers.make_trainer(tokenizer, args)
     trainer.train()
     assert trainer.state.global_step == 2

@@ -3,6 +3,7 @@ TRL's log-probabilities, entropies and gradients (up to float rounding), and tra
 
 import inspect
 
+import bench_helpers
 import pytest
 import torch
 from trl import GRPOTrainer
@@ -32,7 +33,7 @@ def _batch(tokenizer):
 def trainer(tmp_path):
     tokenizer = helpers.make_tokenizer()
     model = helpers.make_model(tokenizer)
-    args = helpers.make_bench_config(tmp_path, share_prompt_forward=True)
+    args = bench_helpers.make_bench_config(tmp_path, share_prompt_forward=True)
     return BenchGRPOTrainer(
         model=model,
         reward_funcs=helpers.even_length_reward,
@@ -91,7 +92,7 @@ def test_training_with_the_shared_prompt_forward_matches_trls_forward(tmp_path):
             model=helpers.make_model(tokenizer),
             reward_funcs=[helpers.even_length_reward, helpers.digit_count_reward],
             # SGD: Adam turns float rounding on near-zero gradients into full ±lr steps; SGD's update is the gradient's
-            args=helpers.make_bench_config(
+            args=bench_helpers.make_bench_config(
                 tmp_path / str(share), share_prompt_forward=share, max_steps=2, optim="sgd"
             ),
             train_dataset=helpers.make_dataset(),
@@ -131,3 +132,19 @@ def test_the_shared_rollout_takes_what_trl_passes_its_generate_single_turn():
 
     theirs = list(inspect.signature(GRPOTrainer._generate_single_turn).parameters)
     assert list(inspect.signature(SharedPromptMixin._generate_single_turn).parameters) == theirs
+
+
+def test_a_training_step_with_the_shared_prompt_forward_warns_of_no_renamed_name(tmp_path):
+    """The shared forward passes the KV cache under the name the installed transformers wants (aer_trl.compat)."""
+    import warnings
+
+    from tests.test_compat import _ours
+
+    tokenizer = helpers.make_tokenizer()
+    trainer = bench_helpers.make_trainer(
+        tokenizer, bench_helpers.make_bench_config(tmp_path, share_prompt_forward=True, max_steps=1)
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    assert _ours(caught) == []

@@ -4,6 +4,7 @@ batch's, a probe's, or a resumed checkpoint's), on a copy of the caller's config
 import inspect
 import math
 
+import bench_helpers
 import pytest
 from trl import GRPOTrainer
 
@@ -12,7 +13,7 @@ from tests import helpers
 
 
 def _trainer(args):
-    return helpers.make_trainer(
+    return bench_helpers.make_trainer(
         helpers.make_tokenizer(), args, reward_funcs=[helpers.even_length_reward, helpers.digit_count_reward]
     )
 
@@ -23,14 +24,14 @@ def test_trls_adaptive_entropy_with_its_target_anchored_at_h0(tmp_path, ratio):
     """`aer_trl_target_ratio` (method skywork): TRL's adaptive entropy control trains exactly as with
     entropy_target = ratio × H0 given from the start, H0 being the first rollout batch's entropy."""
     common = dict(method="skywork", aer_measurements=True, max_steps=4, entropy_coef_delta=0.05)
-    config = helpers.make_bench_config(tmp_path / "a", aer_trl_target_ratio=ratio, **common)
+    config = bench_helpers.make_bench_config(tmp_path / "a", aer_trl_target_ratio=ratio, **common)
     user_target = config.entropy_target
     anchored = _trainer(config)
     anchored.train()
     h0 = anchored.aer_callback.controller.history[0]["entropy"]
     assert anchored.args.entropy_target == pytest.approx(ratio * h0)
     assert config.entropy_target == user_target and anchored.args is not config  # the caller's config as given
-    given = _trainer(helpers.make_bench_config(tmp_path / "g", entropy_target=ratio * h0, **common))
+    given = _trainer(bench_helpers.make_bench_config(tmp_path / "g", entropy_target=ratio * h0, **common))
     given.train()
     coefs = [[r["entropy_coef"] for r in t.state.log_history if "entropy_coef" in r] for t in (anchored, given)]
     assert coefs[0] == coefs[1]
@@ -38,7 +39,7 @@ def test_trls_adaptive_entropy_with_its_target_anchored_at_h0(tmp_path, ratio):
     losses = [[r["loss"] for r in t.state.log_history if "loss" in r] for t in (anchored, given)]
     assert losses[0] == losses[1]
     with pytest.raises(ValueError, match="aer_trl_target_ratio anchors"):
-        helpers.make_bench_config(tmp_path / "x", method="grpo", aer_trl_target_ratio=0.4)
+        bench_helpers.make_bench_config(tmp_path / "x", method="grpo", aer_trl_target_ratio=0.4)
 
 
 def test_trl_reads_the_entropy_target_from_args_at_every_step():
@@ -54,9 +55,9 @@ def test_a_resumed_run_anchors_where_the_run_never_stopped_did(tmp_path, tokeniz
         method="skywork", aer_measurements=True, max_steps=4, entropy_coef_delta=0.05, aer_trl_target_ratio=1.05,
         save_strategy="steps", save_steps=2,
     )  # fmt: skip
-    full = helpers.make_trainer(tokenizer, helpers.make_bench_config(tmp_path / "full", **common))
+    full = bench_helpers.make_trainer(tokenizer, bench_helpers.make_bench_config(tmp_path / "full", **common))
     full.train()
-    resumed = helpers.make_trainer(tokenizer, helpers.make_bench_config(tmp_path / "resumed", **common))
+    resumed = bench_helpers.make_trainer(tokenizer, bench_helpers.make_bench_config(tmp_path / "resumed", **common))
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
     assert resumed.args.entropy_target == full.args.entropy_target != math.inf  # anchored, not the placeholder
     coefs = [[r["entropy_coef"] for r in t.state.log_history if "entropy_coef" in r] for t in (full, resumed)]
@@ -72,6 +73,6 @@ def test_a_resumed_run_anchors_where_the_run_never_stopped_did(tmp_path, tokeniz
 )
 def test_bad_ratio_settings_are_refused_by_name(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
-        helpers.make_bench_config(tmp_path, **overrides)
+        bench_helpers.make_bench_config(tmp_path, **overrides)
     with pytest.raises(TypeError, match="aer_trl_target_ratio"):
         AERGRPOConfig(**helpers.config_kwargs(tmp_path, **overrides))

@@ -3,6 +3,7 @@ extension registers: the library's config and trainer refuse it by name."""
 
 import math
 
+import bench_helpers
 import pytest
 import torch
 from trl import GRPOTrainer
@@ -23,8 +24,8 @@ def test_truncated_support_bonus_is_grpo_minus_mean_lambda_topk_entropy(tmp_path
 
     settings = dict(method="aer_topk", aer_bonus_top_k=3, temperature=0.7)
     # the shared-prompt forward is the research bench's (its config and trainer)
-    args = helpers.make_bench_config(tmp_path, share_prompt_forward=share, **settings)
-    trainer = helpers.make_trainer(tokenizer, args)
+    args = bench_helpers.make_bench_config(tmp_path, share_prompt_forward=share, **settings)
+    trainer = bench_helpers.make_trainer(tokenizer, args)
     model = trainer.model
     model.train()
     trainer.current_gradient_accumulation_steps = 1
@@ -70,16 +71,16 @@ def test_truncated_entropy_hand_computed_and_no_gradient_into_the_tail():
 @pytest.mark.parametrize("bad", [1, 2.5, True, 0])
 def test_bad_top_k_is_refused_by_name(tmp_path, bad):
     with pytest.raises(ValueError, match="aer_bonus_top_k must be an integer >= 2"):
-        helpers.make_bench_config(tmp_path, aer_bonus_top_k=bad)
+        bench_helpers.make_bench_config(tmp_path, aer_bonus_top_k=bad)
 
 
 def test_the_library_refuses_the_benchs_method_by_name(tmp_path, tokenizer):
     """aer_topk is registered by the bench: the library's config has no aer_bonus_top_k and says so; the bench's
     config with the library's trainer is refused (its bonus would silently be the full entropy's)."""
-    assert helpers.make_bench_config(tmp_path, method="aer_topk").aer_bonus_top_k == 20
+    assert bench_helpers.make_bench_config(tmp_path, method="aer_topk").aer_bonus_top_k == 20
     with pytest.raises(ValueError, match=r"method='aer_topk' sets \['aer_bonus_top_k'\], which AERGRPOConfig has no"):
         AERGRPOConfig(**helpers.config_kwargs(tmp_path, method="aer_topk"))
-    args = helpers.make_bench_config(tmp_path, method="aer_topk")
+    args = bench_helpers.make_bench_config(tmp_path, method="aer_topk")
     assert isinstance(args, BenchConfig)
     with pytest.raises(TypeError, match="TruncatedSupportMixin"):
         AERGRPOTrainer(model=helpers.make_model(tokenizer), reward_funcs=[helpers.even_length_reward], args=args)

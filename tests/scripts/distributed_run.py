@@ -15,8 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from transformers import TrainerCallback  # noqa: E402
 
-from aer_bench.training import BenchConfig, BenchGRPOTrainer  # noqa: E402
-from aer_trl import AERRLOOConfig, AERRLOOTrainer  # noqa: E402
+from aer_trl import AERGRPOConfig, AERGRPOTrainer, AERRLOOConfig, AERRLOOTrainer  # noqa: E402
 from tests import helpers  # noqa: E402
 
 
@@ -44,15 +43,26 @@ class Recording:
         return rewards
 
 
-class RecordingTrainer(Recording, BenchGRPOTrainer):  # the library's trainer plus the bench's shared-prompt paths
-    def _shared_prompt_logps(self, *args, **kwargs):
-        out = super()._shared_prompt_logps(*args, **kwargs)
-        self.shared_forwards = getattr(self, "shared_forwards", 0) + (out is not None)
-        return out
+class RecordingTrainer(Recording, AERGRPOTrainer):
+    pass
 
-    def _with_shared_prefill(self, *args):
-        self.shared_rollouts = getattr(self, "shared_rollouts", 0) + 1
-        return super()._with_shared_prefill(*args)
+
+def bench_classes():
+    """The research bench's config and trainer (its shared-prompt paths, `--share_prompt_*`), recording as above: the
+    bench's own distributed test (bench/tests/test_distributed_bench.py) asks for them; the library's never do."""
+    from aer_bench.training import BenchConfig, BenchGRPOTrainer
+
+    class RecordingBenchTrainer(Recording, BenchGRPOTrainer):
+        def _shared_prompt_logps(self, *args, **kwargs):
+            out = super()._shared_prompt_logps(*args, **kwargs)
+            self.shared_forwards = getattr(self, "shared_forwards", 0) + (out is not None)
+            return out
+
+        def _with_shared_prefill(self, *args):
+            self.shared_rollouts = getattr(self, "shared_rollouts", 0) + 1
+            return super()._with_shared_prefill(*args)
+
+    return BenchConfig, RecordingBenchTrainer
 
 
 class RecordingRLOOTrainer(Recording, AERRLOOTrainer):
@@ -114,13 +124,18 @@ def main():
 
     tokenizer = helpers.make_tokenizer()
     rloo = cli.trainer == "rloo"
-    shared = {} if rloo else {
+    shared = {
         "share_prompt_forward": cli.share_prompt_forward.lower() == "true",
         "share_prompt_generation": cli.share_prompt_generation.lower() == "true",
-    }  # fmt: skip
+    }
+    config_class, trainer_class = (AERRLOOConfig, RecordingRLOOTrainer) if rloo else (AERGRPOConfig, RecordingTrainer)
+    if any(shared.values()):
+        config_class, trainer_class = bench_classes()
+    else:
+        shared = {}
     args = helpers.make_config(
         cli.output_dir,
-        AERRLOOConfig if rloo else BenchConfig,
+        config_class,
         # groups of 4: with 2 ranks, 2 completions each and every group spans both; with 1 (a GPU test), all 4
         per_device_train_batch_size=4 // int(os.environ.get("WORLD_SIZE", "1")),
         num_generations=4,
@@ -137,7 +152,7 @@ def main():
         **shared,
     )
     moe = cli.moe.lower() == "true"
-    trainer = (RecordingRLOOTrainer if rloo else RecordingTrainer)(
+    trainer = trainer_class(
         model=helpers.make_moe_model(tokenizer, hidden_size=64)
         if moe
         else helpers.make_model(tokenizer, hidden_size=64),

@@ -9,9 +9,9 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .model import build_tiny_qwen3
+from aer_trl.testing import build_char_tokenizer, build_tiny_qwen3
+
 from .tasks import make_sft_dataset
-from .tokenizer import build_char_tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -1,9 +1,45 @@
-"""Tiny Qwen3 causal LMs built in code, for the lab and the tests (nothing is downloaded)."""
+"""Tiny models and a tokenizer built in code, for tests and laptop experiments with AER's trainers (nothing is
+downloaded; as `transformers.testing_utils` serves transformers' tests): a character-level tokenizer with a chat
+template, a randomly initialised Qwen3 and a Qwen3-MoE (the architecture of Qwen3-30B-A3B) sized for a CPU. The
+library's tests build their trainers on them, and the research bench's laptop lab warm-starts its model from them."""
 
 from __future__ import annotations
 
+import string
+
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+__all__ = ["build_char_tokenizer", "build_tiny_qwen3", "build_tiny_qwen3_moe"]
+
+
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # 95 printable ASCII + "\n"
+
+# Plain-string prompts are used as they are; a conversation is rendered as "role: content" lines.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per character; `decode(encode(s)) == s` for any printable-ASCII string."""
+    vocab = {tok: i for i, tok in enumerate([PAD, BOS, EOS, UNK, *CHARS])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        chat_template=CHAT_TEMPLATE,
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
 
 
 def build_tiny_qwen3(
