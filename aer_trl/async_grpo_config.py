@@ -12,8 +12,10 @@ with warnings.catch_warnings():  # TRL warns on every import from trl.experiment
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
 from .config import AERArguments
+from .config_docs import ASYNC_GROUPS, documented
 
 
+@documented(ASYNC_GROUPS)
 @dataclass
 class AERAsyncGRPOConfig(AERArguments, AsyncGRPOConfig):
     r"""

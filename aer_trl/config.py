@@ -13,6 +13,7 @@ from trl.trainer.utils import get_config_model_id
 
 from .compat import has_activation_checkpointing
 from .config_checks import check_aer_fields, resolve_method
+from .config_docs import AER_GROUPS, BASELINE_GROUPS, documented
 from .core_algos import rollout_steps
 from .methods import get_method, methods
 from .settings import shaping_settings
@@ -20,6 +21,7 @@ from .settings import shaping_settings
 logger = logging.getLogger(__name__)
 
 
+@documented(AER_GROUPS)
 @dataclass
 class AERArguments:
     r"""
@@ -193,8 +195,7 @@ class AERArguments:
         },
     )
     aer_fixed_target: float | None = field(
-        default=None,
-        metadata={"help": "Absolute target entropy H* > 0 in nats; overrides τ · H0 when set."},
+        default=None, metadata={"help": "Absolute target entropy H* > 0 in nats; overrides τ · H0 when set."}
     )
 
     def __post_init__(self):
@@ -345,6 +346,7 @@ class AERArguments:
         return cls(**{**values, **aer_fields})
 
 
+@documented(BASELINE_GROUPS)
 @dataclass
 class AERGRPOConfig(AERArguments, GRPOConfig):
     r"""

@@ -213,3 +213,28 @@ def test_save_steps_inside_a_rollout_batch_is_kept_with_a_warning_that_says_wher
     assert args.save_steps == 3  # the user's value; AERCallback moves each save to the end of its rollout batch
     assert "save_steps=3 falls inside a rollout batch" in caplog.text
     assert "each save moves to the end of its rollout batch (a multiple of 4)" in caplog.text
+
+
+def test_each_config_documents_its_own_fields_in_trls_parameters_layout():
+    """TRL's "Parameters:" section, written from the fields' help texts: every field a config declares is there with
+    its help, and a field left out of every group stops the import, naming it."""
+    from dataclasses import dataclass, field, fields
+
+    from aer_trl import AERAsyncGRPOConfig
+    from aer_trl.config import AERArguments
+    from aer_trl.config_docs import documented
+
+    for cls in (AERArguments, AERGRPOConfig, AERAsyncGRPOConfig):
+        doc = " ".join(cls.__doc__.split())
+        assert "Parameters: > Parameters " in doc
+        own = set(vars(cls)["__annotations__"]) & {f.name for f in fields(cls)}
+        assert own
+        for f in fields(cls):
+            if f.name in own:
+                assert f"{f.name} (`" in doc and " ".join(f.metadata["help"].split()) in doc, (cls, f.name)
+    with pytest.raises(ValueError, match=r"fields without a group in its docstring: \['new_knob'\]"):
+
+        @documented({"Parameters": []})
+        @dataclass
+        class Config:
+            new_knob: int = field(default=1, metadata={"help": "A knob."})
