@@ -42,11 +42,9 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def build_tiny_qwen3(
-    tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0, **overrides
-) -> Qwen3ForCausalLM:
-    """A randomly initialised Qwen3 sized for CPU (hidden 32–256, 2–4 layers) over `tokenizer`'s vocabulary."""
-    config = Qwen3Config(
+def _shapes(tokenizer, hidden_size: int, num_layers: int, num_heads: int) -> dict:
+    """What the tiny Qwen3 and Qwen3-MoE share: `tokenizer`'s vocabulary and special tokens, the attention's shape."""
+    return dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
@@ -59,10 +57,7 @@ def build_tiny_qwen3(
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        **overrides,
     )
-    torch.manual_seed(seed)
-    return _generating_with(Qwen3ForCausalLM(config), tokenizer)
 
 
 def _generating_with(model, tokenizer):
@@ -71,6 +66,15 @@ def _generating_with(model, tokenizer):
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     return model
+
+
+def build_tiny_qwen3(
+    tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0, **overrides
+) -> Qwen3ForCausalLM:
+    """A randomly initialised Qwen3 sized for CPU (hidden 32–256, 2–4 layers) over `tokenizer`'s vocabulary."""
+    config = Qwen3Config(**{**_shapes(tokenizer, hidden_size, num_layers, num_heads), **overrides})
+    torch.manual_seed(seed)
+    return _generating_with(Qwen3ForCausalLM(config), tokenizer)
 
 
 def build_tiny_qwen3_moe(
@@ -90,9 +94,7 @@ def build_tiny_qwen3_moe(
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     settings = dict(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
+        _shapes(tokenizer, hidden_size, num_layers, num_heads),
         moe_intermediate_size=expert_size,
         num_experts=num_experts,
         num_experts_per_tok=experts_per_token,
@@ -100,15 +102,6 @@ def build_tiny_qwen3_moe(
         norm_topk_prob=True,
         output_router_logits=True,
         router_aux_loss_coef=0.001,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=max(1, num_heads // 2),
-        head_dim=hidden_size // num_heads,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
     )
     torch.manual_seed(seed)
     return _generating_with(Qwen3MoeForCausalLM(Qwen3MoeConfig(**{**settings, **overrides})), tokenizer)
