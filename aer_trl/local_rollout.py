@@ -60,8 +60,9 @@ class LocalRolloutWorker:
         self.num_generations = num_generations
         self.max_completion_length = max_completion_length
         self.temperature = temperature
-        self.generator = torch.Generator().manual_seed(seed)
-        self.order = np.random.default_rng(seed)
+        self.seed = seed
+        self.generator = torch.Generator()  # re-seeded for each group (`make_samples`)
+        self.start_group = 0  # groups of earlier runs (a resume): their prompts are skipped, their numbers kept
         self.rollout_buffer: queue.Queue = queue.Queue(maxsize=queue_maxsize)
         self.metrics_queue: queue.Queue = queue.Queue()
         self.model_version = 0  # the version of the weights in `model` (set by the weight transfer)
@@ -95,9 +96,12 @@ class LocalRolloutWorker:
 
     # -- generation ---------------------------------------------------------------------------------------------
     def _prompts(self):
-        for epoch in itertools.count():
-            for index in self.order.permutation(len(self.dataset)):
-                yield epoch, self.dataset[int(index)]
+        """The training prompts in the run's seeded order (a new permutation each epoch), from the `start_group`-th:
+        one group per prompt, so a resumed run goes on where the checkpoint's run stopped."""
+        order = np.random.default_rng(self.seed)
+        indices = (int(i) for _ in itertools.count() for i in order.permutation(len(self.dataset)))
+        for index in itertools.islice(indices, self.start_group, None):
+            yield self.dataset[index]
 
     def _prompt_ids(self, prompt) -> list[int]:
         if isinstance(prompt, list):  # conversational: the template's text, its special tokens included (as TRL)
@@ -131,10 +135,13 @@ class LocalRolloutWorker:
         return tokens, logps
 
     def make_samples(self, row, group_id: int) -> list:
-        """One group: sample, score, standardise, as `RolloutSample`s."""
+        """One group: sample, score, standardise, as `RolloutSample`s. Its random stream is seeded by the run's seed
+        and the group's place in the run (`start_group + group_id`), so a group's completions depend only on them and
+        on the weights that sampled it: a resumed run draws group k as the uninterrupted run did."""
         prompt_ids = self._prompt_ids(row["prompt"])
         with self.lock:
             version = self.model_version
+            self.generator.manual_seed(self.seed * 1_000_003 + self.start_group + group_id)
             tokens, logps = self.sample(prompt_ids)
         texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
         conversational = isinstance(row["prompt"], list)
@@ -176,7 +183,7 @@ class LocalRolloutWorker:
 
     def _run(self) -> None:
         try:
-            for _, row in self._prompts():
+            for row in self._prompts():
                 if self._stop.is_set():
                     return
                 samples = self.make_samples(row, self.groups)
@@ -201,7 +208,7 @@ class LocalWeightTransfer:
 
     def __init__(self, worker: LocalRolloutWorker):
         self.worker = worker
-        self.syncs = 0
+        self.syncs = 0  # the trainer's policy version (a resume sets the checkpoint's)
 
     def init_weight_transfer(self) -> None:
         pass
