@@ -8,6 +8,13 @@ trained tokens per second (the same worker, so AER's cost over async GRPO in one
     python benchmarks/async_staleness.py --max_steps 20 --json results/async_staleness/pilot.json
 
 A pilot, one seed: it measures the gap the controller sees, it is not the study (docs/design.md §5b).
+
+    python benchmarks/async_staleness.py --records results/async_staleness/study
+
+reads the pre-registered study's records instead (no training): per arm the samples trained at each lag, at every
+step that trained several lags how far each older lag's entropy (under the current policy) sits from the freshest
+lag's, and each cell's trainer throughput with AER's over async GRPO's, paired by seed and staleness. Written to
+`<records>/staleness.json` and printed as the markdown tables docs/design.md §5b shows.
 """
 
 from __future__ import annotations
@@ -73,13 +80,97 @@ def run(method: str, out: Path, max_steps: int, seed: int, extra: list[str]) -> 
     }
 
 
+def lag_series(rows: list[dict]) -> dict[int, dict[int, tuple[float, float]]]:
+    """step -> lag -> (samples, entropy under the current policy) from a run's logged `aer/lag/<k>/*`."""
+    steps: dict[int, dict[int, tuple[float, float]]] = {}
+    for r in rows:
+        for key, value in r.items():
+            parts = key.split("/")
+            if len(parts) == 4 and parts[:2] == ["aer", "lag"] and parts[3] == "samples" and value:
+                lag = int(parts[2])
+                steps.setdefault(r["step"], {})[lag] = (value, r[f"aer/lag/{lag}/entropy"])
+    return steps
+
+
+def study_records(records: Path) -> dict:
+    """The study's lag and throughput figures from its records (`<records>/cells/<arm>/seed<k>/metrics.jsonl`)."""
+    from aer_bench.stats import interval
+    from aer_trl.metrics import read_metrics
+
+    cells = {}
+    for path in sorted(records.glob("cells/*/seed*/metrics.jsonl")):
+        rows = [r for r in read_metrics(path) if "loss" in r]
+        cells[(path.parent.parent.name, int(path.parent.name.removeprefix("seed")))] = rows
+    arms: dict[str, dict] = {}
+    for (arm, seed), rows in sorted(cells.items()):
+        out = arms.setdefault(arm, {"samples_by_lag": {}, "gaps": {}, "mixed_steps": 0, "cells": {}})
+        series = lag_series(rows)
+        for by_lag in series.values():
+            for lag, (n, _) in by_lag.items():
+                out["samples_by_lag"][lag] = out["samples_by_lag"].get(lag, 0) + n
+            if len(by_lag) > 1:
+                out["mixed_steps"] += 1
+                fresh = min(by_lag)
+                for lag, (_, entropy) in by_lag.items():
+                    if lag != fresh:
+                        out["gaps"].setdefault(f"{lag}-{fresh}", []).append(entropy - by_lag[fresh][1])
+        later = rows[1:]  # step 1 waits for the first rollouts and warms up
+        out["cells"][seed] = {
+            key: statistics.median(r[key] for r in later if r.get(key))
+            for key in ("perf/forwarded_tok_s_fwd_bwd", "perf/trained_tok_s_wall_clock", "perf/step_s")
+        }
+    for out in arms.values():
+        out["gaps"] = {
+            k: {"mean": interval(v)[0], "ci95": interval(v)[1], "steps": len(v), "relative_to": "fresher lag"}
+            for k, v in sorted(out["gaps"].items())
+        }
+    ratios = {}
+    for arm in arms:
+        if not arm.startswith("async-aer-"):
+            continue
+        base = arm.replace("async-aer-", "async-grpo-")
+        for key in ("perf/forwarded_tok_s_fwd_bwd", "perf/trained_tok_s_wall_clock"):
+            pairs = [arms[arm]["cells"][s][key] / arms[base]["cells"][s][key] for s in arms[arm]["cells"]
+                     if s in arms.get(base, {}).get("cells", {})]  # fmt: skip
+            if pairs:
+                mean, half = interval(pairs)
+                ratios.setdefault(arm.removeprefix("async-aer-"), {})[key] = {
+                    "mean": mean,
+                    "ci95": half,
+                    "n": len(pairs),
+                }
+    return {"arms": arms, "aer_over_async_grpo": ratios}
+
+
+def print_study(result: dict) -> None:
+    head = ("arm", "samples by lag (versions behind the trainer)", "steps with several lags",
+            "entropy, older minus fresher lag at the same step (nats, 95% CI, steps)")  # fmt: skip
+    print("| " + " | ".join(head) + " |\n" + "|---" * len(head) + "|")
+    for arm, out in result["arms"].items():
+        lags = ", ".join(f"{lag}: {n:.0f}" for lag, n in sorted(out["samples_by_lag"].items()))
+        gaps = "; ".join(f"lag {k}: {g['mean']:+.3f} ± {g['ci95']:.3f} ({g['steps']})" for k, g in out["gaps"].items())
+        print(f"| {arm} | {lags} | {out['mixed_steps']} | {gaps or '–'} |")
+    head = ("max_staleness", "AER / async GRPO, forward+backward tokens/s", "trained tokens/s (wall clock)")
+    print("\n| " + " | ".join(head) + " |\n" + "|---" * len(head) + "|")
+    for staleness, r in result["aer_over_async_grpo"].items():
+        keys = ("perf/forwarded_tok_s_fwd_bwd", "perf/trained_tok_s_wall_clock")
+        cells = [f"{r[k]['mean']:.3f} ± {r[k]['ci95']:.3f} (n={r[k]['n']})" for k in keys]
+        print(f"| {staleness} | {cells[0]} | {cells[1]} |")
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", default=None, help="a study's records folder: analyse them, train nothing")
     parser.add_argument("--max_steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output_dir", default="runs/async_staleness")
     parser.add_argument("--json", default=None)
     args, extra = parser.parse_known_args(argv)
+    if args.records:
+        result = study_records(Path(args.records))
+        Path(args.records, "staleness.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        print_study(result)
+        return result
     import torch
     import transformers
     import trl
