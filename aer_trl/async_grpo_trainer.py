@@ -218,6 +218,7 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         copy = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, args.dtype or "float32"))
+        copy = copy.to(args.device)  # the worker samples on the trainer's device (a GPU's, or the CPU)
         worker = LocalRolloutWorker(
             copy, tokenizer, train_dataset, funcs, num_generations=args.num_generations,
             max_completion_length=args.max_completion_length, temperature=args.temperature, seed=args.seed,

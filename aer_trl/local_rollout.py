@@ -61,7 +61,7 @@ class LocalRolloutWorker:
         self.max_completion_length = max_completion_length
         self.temperature = temperature
         self.seed = seed
-        self.generator = torch.Generator()  # re-seeded for each group (`make_samples`)
+        self.generator = torch.Generator(self.model.device)  # re-seeded for each group (`make_samples`)
         self.start_group = 0  # groups of earlier runs (a resume): their prompts are skipped, their numbers kept
         self.rollout_buffer: queue.Queue = queue.Queue(maxsize=queue_maxsize)
         self.metrics_queue: queue.Queue = queue.Queue()
@@ -115,20 +115,21 @@ class LocalRolloutWorker:
         declared = [declared] if isinstance(declared, int) else list(declared or [])
         eos = {self.tokenizer.eos_token_id, *declared} - {None}
         n = self.num_generations
-        ids = torch.tensor([prompt_ids] * n)
+        ids = torch.tensor([prompt_ids] * n, device=self.model.device)
         out = self.model(input_ids=ids, use_cache=True)
         past, logits = out.past_key_values, out.logits[:, -1]
         tokens, logps = [[] for _ in range(n)], [[] for _ in range(n)]
-        done = torch.zeros(n, dtype=torch.bool)
+        done = [False] * n
         for _ in range(self.max_completion_length):
             logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
             nxt = torch.multinomial(logp.exp(), 1, generator=self.generator).squeeze(1)
-            for i in range(n):
+            picked = logp.gather(1, nxt.unsqueeze(1)).squeeze(1).tolist()  # one copy to the host per token
+            for i, token in enumerate(nxt.tolist()):
                 if not done[i]:
-                    tokens[i].append(int(nxt[i]))
-                    logps[i].append(float(logp[i, nxt[i]]))
-                    done[i] = int(nxt[i]) in eos
-            if bool(done.all()):
+                    tokens[i].append(token)
+                    logps[i].append(picked[i])
+                    done[i] = token in eos
+            if all(done):
                 break
             out = self.model(input_ids=nxt.unsqueeze(1), past_key_values=past, use_cache=True)
             past, logits = out.past_key_values, out.logits[:, -1]
