@@ -5,8 +5,10 @@ completions with its own copy of the policy in a background thread, scores them 
 `WeightTransferProtocol` (each sync copies the trainer's weights into the worker's copy). Generation runs while the
 trainer trains, so the samples the trainer takes are up to `max_staleness` versions old: real staleness on a laptop.
 
-Sampling is a plain token loop with a KV cache and a seeded `torch.Generator` of the worker's own (the trainer's
-random state is never touched); each token's log-probability is taken at the sampling temperature, as TRL's fused
+Sampling is a plain token loop with a KV cache on the trainer's device, with a `torch.Generator` of the worker's own
+seeded for each group by the run's seed and the group's place in the run (the trainer's random state is never
+touched; a resumed run, which starts at the checkpoint's first untrained group, draws each group from the stream the
+uninterrupted run drew it from); each token's log-probability is taken at the sampling temperature, as TRL's fused
 head scores it.
 """
 
