@@ -26,7 +26,7 @@ def main(argv=None):
         argv = ["--config", str(default), *argv]
     from aer_trl.app.cli import resolve_config
 
-    argv = resolve_config(argv, "train")  # a shipped recipe's name becomes its path, whose `trainer:` picks the classes
+    argv = resolve_config(argv, "train")  # a shipped recipe's name becomes its path: its `trainer:` picks the classes
     return run.main(argv, BenchScriptArguments, *bench_classes(argv))
 
 
