@@ -20,13 +20,17 @@ it. The adapter wires those seams to the AER core (`aer_trl.core`):
 from __future__ import annotations
 
 import collections
+import itertools
+import json
 import logging
 import math
 import queue
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 with warnings.catch_warnings():  # TRL warns on every import from trl.experimental
     warnings.simplefilter("ignore")
@@ -43,6 +47,7 @@ from .metrics import log_rollout
 logger = logging.getLogger(__name__)
 
 GROUP_ACCURACY, SAMPLE_VERSION = "aer/group_accuracy", "sample/model_version"
+ROLLOUT_STATE = "rollout_state.json"  # TRL's name and layout for the rollout position in a checkpoint
 
 
 class GroupedRollouts:
@@ -129,6 +134,23 @@ class AERCollator(trl_async.DataCollatorForRollout):
         return batch
 
 
+class TrainedGroups(set):
+    """TRL's record of the groups trained (`_trained_groups`), which its collator fills as it collates a micro-batch.
+    accelerate's data loader collates one micro-batch ahead of training, so at a step's end the groups of the latest
+    collate are not trained yet: `first_untrained` leaves them out (TRL's `rollout_state.json` counts them as
+    trained, and a resume skips their prompts)."""
+
+    latest: frozenset = frozenset()
+
+    def update(self, *groups) -> None:
+        self.latest = frozenset().union(*groups)
+        super().update(self.latest)
+
+    def first_untrained(self) -> int:
+        trained = self - self.latest
+        return next(g for g in itertools.count() if g not in trained)
+
+
 @contextmanager
 def _swapped(module, name: str, value):
     original = getattr(module, name)
@@ -165,6 +187,7 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
         with _swapped(trl_async, "get_peak_flops_per_device", peak_flops_per_device):
             super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
         self.aer_attention = register_tree_attention()  # "fa3", or "torch" where FA3 cannot load
+        self._trained_groups = TrainedGroups(self._trained_groups)  # before the data loader shares it
         funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs] if reward_funcs else []
         names = [getattr(f, "__name__", None) or str(f).split("/")[-1] for f in funcs]
         if self.aer_core.on:
@@ -195,11 +218,44 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         copy = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, args.dtype or "float32"))
+        copy = copy.to(args.device)  # the worker samples on the trainer's device (a GPU's, or the CPU)
         worker = LocalRolloutWorker(
             copy, tokenizer, train_dataset, funcs, num_generations=args.num_generations,
             max_completion_length=args.max_completion_length, temperature=args.temperature, seed=args.seed,
         )  # fmt: skip
         return {"rollout_worker": worker, "weight_transfer": LocalWeightTransfer(worker)}
+
+    # -- resume: TRL saves and restores the rollout position (`rollout_state.json`: the first untrained prompt, the
+    # policy version) for its own vLLM worker only (an isinstance check); the local worker's is kept alike, so that a
+    # resumed run goes on with the prompt order and the version count instead of starting both over.
+    def _local_worker(self):
+        from .local_rollout import LocalRolloutWorker
+
+        return self.rollout_worker if isinstance(self.rollout_worker, LocalRolloutWorker) else None
+
+    def _save_checkpoint(self, model, trial):
+        worker = self._local_worker()
+        if worker is not None and self.accelerator.is_main_process:
+            folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            folder.mkdir(parents=True, exist_ok=True)
+            untrained = self._trained_groups.first_untrained()
+            state = {"prompt_index": worker.start_group + untrained, "model_version": self.model_version}
+            (folder / ROLLOUT_STATE).write_text(json.dumps(state))
+        super()._save_checkpoint(model, trial)
+
+    def _inner_training_loop(self, *args, **kwargs):
+        worker, resume = self._local_worker(), kwargs.get("resume_from_checkpoint")
+        if worker is not None:
+            worker.start_group = self._groups_before_resume = 0
+            state_file = Path(resume) / ROLLOUT_STATE if resume else None
+            if state_file is not None and state_file.is_file():
+                state = json.loads(state_file.read_text())
+                worker.start_group = self._groups_before_resume = int(state["prompt_index"])
+                self.model_version = self.weight_transfer.syncs = int(state["model_version"])
+                worker.model_version = self.model_version
+            elif state_file is not None:
+                logger.warning("%s has no %s: the local rollout worker starts from prompt 0", resume, ROLLOUT_STATE)
+        return super()._inner_training_loop(*args, **kwargs)
 
     def _correctness_key(self, names: list[str]) -> str:
         """`rewards/<name>` of the reward that defines correctness: `aer_correctness_reward` by name or index among

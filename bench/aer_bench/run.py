@@ -24,6 +24,9 @@ def main(argv=None):
         default = recipe_path("lab", "aer", package="aer_bench")
         print(f"no --config, model or data given: running the laptop lab recipe {default}")
         argv = ["--config", str(default), *argv]
+    from aer_trl.app.cli import resolve_config
+
+    argv = resolve_config(argv, "train")  # a shipped recipe's name becomes its path: its `trainer:` picks the classes
     return run.main(argv, BenchScriptArguments, *bench_classes(argv))
 
 
