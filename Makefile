@@ -153,10 +153,13 @@ real:
 # queue (seed-major), each cell trained in runs/real_llm/, evaluated, and its compact record written beside its
 # study file (commit them as they come). Long: ~15 min per 30-step cell on 2 cores.
 STUDIES ?= $(sort $(wildcard results/real_llm/*/study.yaml))
+# AER under stale rollouts (docs/design.md §5b)
+ASYNC_STUDY := results/async_staleness/study/study.yaml
 real-queue:
 	$(BIN)/python -m aer_bench.studies.real_study --study $(STUDIES)
 
-# Every table and figure of docs/real_llm.md made again from the committed records alone (no training, < 1 min).
+# Every table and figure of docs/real_llm.md, and the asynchronous study's, made again from the committed records
+# alone (no training, < 1 min).
 real-results:
 	@$(BIN)/python -m aer_bench.studies.real_study --study $(STUDIES) --aggregate_only --docs docs/real_llm.md >/dev/null
 	@for s in $(STUDIES); do echo "$$s: $$(dirname $$s)/study.md"; done
@@ -164,6 +167,9 @@ real-results:
 		--docs docs/real_llm.md >/dev/null
 	@$(BIN)/python -m aer_bench.studies.tradeoff $(STUDIES) --docs docs/real_llm.md \
 		--figure docs/img/real_llm_tradeoff.png --confirm results/real_llm/confirm/study.yaml >/dev/null
+	@$(BIN)/python -m aer_bench.studies.real_study --study $(ASYNC_STUDY) --aggregate_only >/dev/null
+	@$(BIN)/python benchmarks/async_staleness.py --records $(dir $(ASYNC_STUDY)) >/dev/null
+	@echo "$(ASYNC_STUDY): $(dir $(ASYNC_STUDY))study.md, staleness.json"
 
 # The same study over seeds with 95% intervals (shares runs/real/ with `make real`: seed 0 is not trained twice).
 REAL_SEEDS ?= 0 1 2

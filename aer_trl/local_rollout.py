@@ -24,6 +24,9 @@ import warnings
 
 import numpy as np
 import torch
+from transformers import DynamicCache
+
+from .compat import cache_kwarg
 
 logger = logging.getLogger(__name__)
 
@@ -118,8 +121,8 @@ class LocalRolloutWorker:
         eos = {self.tokenizer.eos_token_id, *declared} - {None}
         n = self.num_generations
         ids = torch.tensor([prompt_ids] * n, device=self.model.device)
-        out = self.model(input_ids=ids, use_cache=True)
-        past, logits = out.past_key_values, out.logits[:, -1]
+        cache = {cache_kwarg(self.model): DynamicCache(config=self.model.config)}  # filled in place by each forward
+        logits = self.model(input_ids=ids, use_cache=True, **cache).logits[:, -1]
         tokens, logps = [[] for _ in range(n)], [[] for _ in range(n)]
         done = [False] * n
         for _ in range(self.max_completion_length):
@@ -133,8 +136,7 @@ class LocalRolloutWorker:
                     done[i] = token in eos
             if all(done):
                 break
-            out = self.model(input_ids=nxt.unsqueeze(1), past_key_values=past, use_cache=True)
-            past, logits = out.past_key_values, out.logits[:, -1]
+            logits = self.model(input_ids=nxt.unsqueeze(1), use_cache=True, **cache).logits[:, -1]
         return tokens, logps
 
     def make_samples(self, row, group_id: int) -> list:

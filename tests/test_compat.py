@@ -44,3 +44,19 @@ def test_a_training_step_and_sampling_warn_of_no_renamed_name(tmp_path):
         trainer.train()
         sample_completions(trainer.model, tokenizer, ["1+2=", "3+4="], n=2, max_new_tokens=4, disable_tqdm=True)
     assert _ours(caught) == []
+
+
+def test_the_local_rollout_worker_samples_without_a_renamed_name(tmp_path):
+    """aer_trl.local_rollout's token loop hands its KV cache under the name the installed transformers wants."""
+    from aer_trl.local_rollout import LocalRolloutWorker
+
+    tokenizer = helpers.make_tokenizer()
+    worker = LocalRolloutWorker(
+        helpers.make_model(tokenizer), tokenizer, helpers.make_dataset(), [helpers.even_length_reward],
+        num_generations=2, max_completion_length=4,
+    )  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tokens, logps = worker.sample(tokenizer("1+2=", add_special_tokens=False)["input_ids"])
+    assert _ours(caught) == []
+    assert [len(t) for t in tokens] == [len(p) for p in logps] and all(tokens)
