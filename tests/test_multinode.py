@@ -17,20 +17,12 @@ import pytest
 from tests.test_distributed import ROOT, SCRIPT, check_group_accuracy_and_lockstep, free_port, trained_figures
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
-# DeepSpeed ZeRO-3 on CPU, every parameter sharded (tests/data/zero3_cpu.json), one launcher per node (standard)
-CPU_CONFIG = """compute_environment: LOCAL_MACHINE
-distributed_type: DEEPSPEED
-deepspeed_config:
-  deepspeed_config_file: tests/data/zero3_cpu.json
-  deepspeed_multinode_launcher: standard
-  zero3_init_flag: true
-mixed_precision: 'no'
-dynamo_backend: 'NO'
-num_machines: 1
-num_processes: 1
-rdzv_backend: static
-same_network: true
-"""
+# DeepSpeed ZeRO-3 on CPU, every parameter sharded (tests/data/zero3_cpu.json), one launcher per node (standard),
+# as accelerate's flags: a config file beside a DeepSpeed config file is refused by accelerate ("the following
+# accelerate config variables will be ignored")
+CPU_ARGS = ["--use_deepspeed", "--deepspeed_config_file", str(ROOT / "tests" / "data" / "zero3_cpu.json")]
+CPU_ARGS += ["--zero3_init_flag", "true", "--deepspeed_multinode_launcher", "standard"]
+CPU_ARGS += ["--mixed_precision", "no", "--dynamo_backend", "no"]
 SLURM_SHIMS = {  # what a SLURM job provides, for a dry run: srun runs its command once per node
     "scontrol": '#!/usr/bin/env bash\n[ "$1 $2" = "show hostnames" ] && printf "%s\\n" $FAKE_HOSTS\n',
     "srun": """#!/usr/bin/env bash
@@ -60,15 +52,14 @@ def slurm_dry_run(folder: Path, hosts: list[str], *args: str, **settings: str) -
 def start_machines(out: Path, port: int, *script_args: str) -> list[subprocess.Popen]:
     """Each "machine" runs the SLURM script's line for its rank, its training script replaced by the test's."""
     out.mkdir(parents=True, exist_ok=True)
-    config = out.parent / "zero3_cpu_accelerate.yaml"
-    config.write_text(CPU_CONFIG)
     done = slurm_dry_run(
         out.parent / "slurm",
         ["127.0.0.1", "127.0.0.1"],
         "recipe.yaml",
         GPUS_PER_NODE="1",
         MAIN_PROCESS_PORT=str(port),
-        ACCELERATE_CONFIG=str(config),
+        ACCELERATE_CONFIG="",
+        ACCELERATE_ARGS=" ".join(CPU_ARGS),
     )
     lines = [shlex.split(line) for line in done.stdout.splitlines() if line.startswith("accelerate launch")]
     assert [line[line.index("--machine_rank") + 1] for line in lines] == ["0", "1"]

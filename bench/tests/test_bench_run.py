@@ -12,8 +12,14 @@ BENCH_RECIPES = sorted(recipes_dir(package="aer_bench").rglob("*.yaml"))
 
 @pytest.mark.parametrize("recipe", BENCH_RECIPES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_bench_recipe_loads_in_strict_mode(recipe):
-    _, training_args, _ = parse_recipe(["--config", str(recipe), "--bf16", "false", "--use_cpu", "true"])
-    assert isinstance(training_args, BenchConfig)
+    """Into the bench's config for a GRPO recipe, into the library's config of its trainer for another
+    (`trainer: async_grpo`: the arithmetic aer_async)."""
+    from aer_trl.app.trainers import config_class_for, recipe_trainer
+
+    argv = ["--config", str(recipe), "--bf16", "false", "--use_cpu", "true"]
+    _, training_args, _ = parse_recipe(argv)
+    kind = recipe_trainer(argv)
+    assert type(training_args) is (BenchConfig if kind == "grpo" else config_class_for(kind))
 
 
 def test_the_bench_command_line_defaults_to_the_lab(tmp_path, monkeypatch):
