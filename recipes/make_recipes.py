@@ -11,8 +11,14 @@ import argparse
 import sys
 from pathlib import Path
 
-import aer_bench.training  # noqa: F401  (registers the research bench's methods, for the lab's recipes)
 from aer_trl.methods import get_method, methods
+
+try:  # registers the research bench's methods, for the bench's recipes (the lab's, the arithmetic tiers')
+    import aer_bench.training  # noqa: F401
+
+    BENCH = True
+except ImportError:  # the library alone (its tests run without the bench): the library's recipes only
+    BENCH = False
 
 HERE = Path(__file__).resolve().parent
 # Each method's own keys (paper-scale, laptop lab) and comment come from its registry entry (aer_trl/methods.py).
@@ -143,21 +149,24 @@ def render_trainer(base_text: str, name: str, what: str, keys: list[str], drop: 
 
 
 def generated() -> dict[Path, str]:
-    """Every generated recipe's path and content."""
+    """Every generated recipe's path and content (the bench's only where the bench is installed)."""
+    bench = (HERE.parent / "bench").resolve()
+
+    def bases(settings) -> list[tuple[Path, str]]:
+        chosen = [(HERE / base, base) for base in settings]
+        return [(path, base) for path, base in chosen if BENCH or bench not in path.resolve().parents]
+
     files = {}
-    for base, names in SETTINGS.items():
-        text = (HERE / base).read_text()
-        for method in names:
-            files[(HERE / base).with_name(f"{method}.yaml")] = render(text, method, lab=base.startswith("lab/"))
-    for base in RLOO_SETTINGS:
-        text = (HERE / base).read_text()
-        files[(HERE / base).with_name("aer_rloo.yaml")] = render_trainer(
-            text, "aer_rloo", "AER on RLOO (trainer: rloo)", [RLOO_LINE]
+    for path, base in bases(SETTINGS):
+        for method in SETTINGS[base]:
+            files[path.with_name(f"{method}.yaml")] = render(path.read_text(), method, lab=base.startswith("lab/"))
+    for path, _ in bases(RLOO_SETTINGS):
+        files[path.with_name("aer_rloo.yaml")] = render_trainer(
+            path.read_text(), "aer_rloo", "AER on RLOO (trainer: rloo)", [RLOO_LINE]
         )
-    for base, keys in ASYNC_SETTINGS.items():
-        text = (HERE / base).read_text()
-        files[(HERE / base).with_name("aer_async.yaml")] = render_trainer(
-            text, "aer_async", "AER on async GRPO (trainer: async_grpo)", keys, ASYNC_DROP
+    for path, base in bases(ASYNC_SETTINGS):
+        files[path.with_name("aer_async.yaml")] = render_trainer(
+            path.read_text(), "aer_async", "AER on async GRPO (trainer: async_grpo)", ASYNC_SETTINGS[base], ASYNC_DROP
         )
     return files
 
