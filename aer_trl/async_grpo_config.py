@@ -45,3 +45,34 @@ class AERAsyncGRPOConfig(AERArguments, AsyncGRPOConfig):
             "sample TRL trains on (up to max_staleness) enters both. aer/lag/<k>/* logs entropy, λ and counts by lag."
         },
     )
+    local_rollout_lag: int | None = field(
+        default=None,
+        metadata={
+            "help": "The local rollout worker's lockstep schedule: each group is sampled by the policy exactly this "
+            "many versions older than the one that trains it (fewer in the first steps), the worker waiting for that "
+            "version and each weight sync for the worker. A run is then a function of its settings (no thread "
+            "timing), and a checkpoint keeps its sampled, untrained groups, so a resumed run is the uninterrupted "
+            "one. An integer from 1 to max_staleness; needs token_budget 0, weight_sync_steps 1 and "
+            "per_device_train_batch_size x gradient_accumulation_steps x processes a multiple of num_generations. "
+            "None: the worker samples as fast as it can (staleness as the threads' timing makes it)."
+        },
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.aer_max_lag is not None and (isinstance(self.aer_max_lag, bool) or int(self.aer_max_lag) < 0):
+            raise ValueError(f"aer_max_lag must be an integer >= 0 or None, got {self.aer_max_lag!r}")
+        lag = self.local_rollout_lag
+        if lag is None:
+            return
+        if isinstance(lag, bool) or not isinstance(lag, int) or not 1 <= lag <= self.max_staleness:
+            raise ValueError(
+                f"local_rollout_lag must be an integer from 1 (the data loader reads one micro-batch ahead) to "
+                f"max_staleness ({self.max_staleness}; older samples are dropped), got {lag!r}"
+            )
+        for name, needed in (("token_budget", 0), ("weight_sync_steps", 1)):
+            if getattr(self, name) != needed:
+                raise ValueError(
+                    f"local_rollout_lag needs {name}={needed} (the schedule counts one policy version per optimizer "
+                    f"step of a fixed number of samples), got {name}={getattr(self, name)!r}"
+                )

@@ -40,6 +40,7 @@ with warnings.catch_warnings():  # TRL warns on every import from trl.experiment
 from .adapter import AERTrainerBase
 from .async_grpo_config import AERAsyncGRPOConfig
 from .async_support import peak_flops_per_device, register_tree_attention
+from .atomic import atomic_write
 from .callbacks import AERCallback, trainer_callbacks
 from .core import AERCore
 from .metrics import log_rollout
@@ -48,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 GROUP_ACCURACY, SAMPLE_VERSION = "aer/group_accuracy", "sample/model_version"
 ROLLOUT_STATE = "rollout_state.json"  # TRL's name and layout for the rollout position in a checkpoint
+ROLLOUT_INFLIGHT = "rollout_inflight.json"  # the local worker's sampled, untrained groups (`local_rollout_lag`)
 
 
 class GroupedRollouts:
@@ -187,6 +189,8 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
         with _swapped(trl_async, "get_peak_flops_per_device", peak_flops_per_device):
             super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
         self.aer_attention = register_tree_attention()  # "fa3", or "torch" where FA3 cannot load
+        if args.local_rollout_lag is not None:
+            self._schedule_local_worker(args)
         self._trained_groups = TrainedGroups(self._trained_groups)  # before the data loader shares it
         funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs] if reward_funcs else []
         names = [getattr(f, "__name__", None) or str(f).split("/")[-1] for f in funcs]
@@ -233,29 +237,72 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
 
         return self.rollout_worker if isinstance(self.rollout_worker, LocalRolloutWorker) else None
 
+    def _schedule_local_worker(self, args) -> None:
+        """`local_rollout_lag`: the local worker samples on the lockstep schedule (`LocalRolloutWorker.schedule`)."""
+        worker = self._local_worker()
+        if worker is None and self.accelerator.is_main_process:
+            raise ValueError(
+                "local_rollout_lag schedules aer_trl's LocalRolloutWorker (local_rollouts=True); the rollout worker "
+                f"given is a {type(self.rollout_worker).__name__}: unset local_rollout_lag"
+            )
+        if worker is not None:
+            samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
+            worker.schedule(args.local_rollout_lag, samples * self.accelerator.num_processes)
+            if hasattr(self.weight_transfer, "timeout_s"):  # a LocalWeightTransfer: how long a sync waits for it
+                self.weight_transfer.timeout_s = args.weight_sync_timeout
+
     def _save_checkpoint(self, model, trial):
         worker = self._local_worker()
         if worker is not None and self.accelerator.is_main_process:
             folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             folder.mkdir(parents=True, exist_ok=True)
-            untrained = self._trained_groups.first_untrained()
-            state = {"prompt_index": worker.start_group + untrained, "model_version": self.model_version}
-            (folder / ROLLOUT_STATE).write_text(json.dumps(state))
+            first = worker.start_group + self._trained_groups.first_untrained()
+            published = self.state.global_step % self.args.weight_sync_steps == 0  # the worker holds these weights
+            state = {"prompt_index": first, "model_version": self.model_version, "weights_published": published}
+            atomic_write(folder / ROLLOUT_STATE, json.dumps(state))
+            if worker.lag is not None:
+                groups = worker.inflight(first, below_version=self.model_version)
+                inflight = {"local_rollout_lag": worker.lag, "samples_per_step": worker.samples_per_step}
+                atomic_write(folder / ROLLOUT_INFLIGHT, json.dumps({**inflight, "groups": groups}))
         super()._save_checkpoint(model, trial)
 
     def _inner_training_loop(self, *args, **kwargs):
         worker, resume = self._local_worker(), kwargs.get("resume_from_checkpoint")
         if worker is not None:
-            worker.start_group = self._groups_before_resume = 0
+            worker.start_group = worker.next_group = self._groups_before_resume = 0
+            worker.replay = {}
             state_file = Path(resume) / ROLLOUT_STATE if resume else None
             if state_file is not None and state_file.is_file():
                 state = json.loads(state_file.read_text())
-                worker.start_group = self._groups_before_resume = int(state["prompt_index"])
-                self.model_version = self.weight_transfer.syncs = int(state["model_version"])
-                worker.model_version = self.model_version
+                worker.start_group = worker.next_group = self._groups_before_resume = int(state["prompt_index"])
+                # the first sync of the resumed run publishes the checkpoint's weights: where the checkpoint's run had
+                # published them already, they keep the version they had (the lags are the uninterrupted run's)
+                version = int(state["model_version"]) - bool(state.get("weights_published", False))
+                self.model_version = self.weight_transfer.syncs = worker.model_version = version
+                if worker.lag is not None:
+                    self._load_inflight(worker, Path(resume))
             elif state_file is not None:
                 logger.warning("%s has no %s: the local rollout worker starts from prompt 0", resume, ROLLOUT_STATE)
         return super()._inner_training_loop(*args, **kwargs)
+
+    @staticmethod
+    def _load_inflight(worker, checkpoint: Path) -> None:
+        """The checkpoint's groups sampled by versions older than its own (`rollout_inflight.json`), queued first."""
+        path = checkpoint / ROLLOUT_INFLIGHT
+        if not path.is_file():
+            logger.warning(
+                "%s has no %s (a run without local_rollout_lag): its untrained groups are sampled again with the "
+                "checkpoint's weights, so the resumed run is not the uninterrupted one", checkpoint, ROLLOUT_INFLIGHT
+            )  # fmt: skip
+            return
+        saved = json.loads(path.read_text())
+        for name, now in (("local_rollout_lag", worker.lag), ("samples_per_step", worker.samples_per_step)):
+            if saved[name] != now:
+                logger.warning(
+                    "%s: the checkpoint's run had %s=%s, this one %s: the schedule changes from the checkpoint on",
+                    path, name, saved[name], now,
+                )  # fmt: skip
+        worker.load_inflight({int(k): v for k, v in saved["groups"].items()})
 
     def _correctness_key(self, names: list[str]) -> str:
         """`rewards/<name>` of the reward that defines correctness: `aer_correctness_reward` by name or index among

@@ -27,7 +27,9 @@ BASELINE_GROUPS = {
         "kl_cov_coef",
     ],
 }  # fmt: skip
-ASYNC_GROUPS = {"Parameters of AER under asynchronous rollouts": ["local_rollouts", "aer_max_lag"]}
+ASYNC_GROUPS = {
+    "Parameters of AER under asynchronous rollouts": ["local_rollouts", "local_rollout_lag", "aer_max_lag"]
+}
 
 
 def parameters_doc(cls: type, groups: dict[str, list[str]]) -> str:

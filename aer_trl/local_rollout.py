@@ -10,10 +10,18 @@ seeded for each group by the run's seed and the group's place in the run (the tr
 touched; a resumed run, which starts at the checkpoint's first untrained group, draws each group from the stream the
 uninterrupted run drew it from); each token's log-probability is taken at the sampling temperature, as TRL's fused
 head scores it.
+
+By default the worker samples as fast as it can with whichever weights it holds, so which policy version samples a
+group depends on the two threads' timing. `schedule(lag, samples_per_step)` fixes it instead (a lockstep schedule):
+group k is sampled by the version `lag` steps older than the one that trains it, the worker waits for that version
+and each weight sync waits until the worker has sampled every group its outgoing version is due to sample. A run is
+then a function of its settings alone, and a checkpoint keeps the groups sampled with versions older than its own
+(`inflight`), which a resumed run replays before it samples again: it goes on as the run never stopped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
@@ -76,7 +84,73 @@ class LocalRolloutWorker:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._last_put = time.monotonic()
-        self.groups = 0
+        self.groups = 0  # groups sampled or replayed by this run
+        self.lag: int | None = None  # the lockstep schedule (`schedule`); None: free-running
+        self.samples_per_step = 0
+        self.turn = threading.Condition()  # guards `model_version`, `next_group` and `records` under the schedule
+        self.next_group = 0  # the place in the run of the next group to sample (the schedule)
+        self.records: dict[int, list[dict]] = {}  # sampled groups that may not be trained yet (the schedule)
+        self.replay: dict[int, list[dict]] = {}  # a checkpoint's untrained groups, queued first (`load_inflight`)
+
+    # -- the lockstep schedule --------------------------------------------------------------------------------
+    def schedule(self, lag: int, samples_per_step: int) -> None:
+        """Sample group k with the policy version `lag` steps older than the version that trains it (the trainer's
+        version v trains step v, whose `samples_per_step` samples are groups in order): version
+        `max(1, step(k) - lag)`. `lag` >= 1 (the trainer's data loader reads one micro-batch ahead, while the
+        version before it is still the newest), and `samples_per_step` a multiple of `num_generations` (a group
+        trained within one step)."""
+        if lag < 1:
+            raise ValueError(f"local_rollout_lag must be >= 1, got {lag}")
+        if samples_per_step % self.num_generations:
+            raise ValueError(
+                f"local_rollout_lag: the samples of an optimizer step ({samples_per_step}: per_device_train_batch_size"
+                f" x gradient_accumulation_steps x processes) must be a multiple of num_generations "
+                f"({self.num_generations}), so that each group is trained within one step"
+            )
+        self.lag, self.samples_per_step = lag, samples_per_step
+        self.rollout_buffer.maxsize = 0  # the schedule bounds it (lag + 1 steps); a bound could stall a sync
+
+    def step_of(self, place: int) -> int:
+        """The optimizer step (from 1) that trains the run's `place`-th group under the schedule."""
+        return place * self.num_generations // self.samples_per_step + 1
+
+    def version_for(self, place: int) -> int:
+        return max(1, self.step_of(place) - self.lag)
+
+    def wait_for_turn(self, timeout_s: float) -> None:
+        """Before a weight sync replaces version v (the schedule): until every group due to be sampled by v is."""
+        if self.lag is None or self._thread is None:  # not started (the cold sync): nothing sampled to wait for
+            return
+        deadline = time.monotonic() + timeout_s
+        with self.turn:
+            while self.version_for(self.next_group) <= self.model_version:
+                if self._error is not None or self._stop.is_set() or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"weight sync: the local rollout worker has not sampled group {self.next_group}, due to "
+                        f"version {self.model_version} ({self._error!r})"
+                    )
+                self.turn.wait(timeout=0.5)
+
+    def inflight(self, first_untrained: int, below_version: int) -> dict[int, list[dict]]:
+        """The sampled groups from the run's `first_untrained`-th on whose version is older than `below_version` (a
+        checkpoint's: a resumed run cannot sample them again), as JSON-ready records."""
+        with self.turn:
+            return {
+                k: v for k, v in sorted(self.records.items())
+                if k >= first_untrained and v[0]["model_version"] < below_version
+            }  # fmt: skip
+
+    def load_inflight(self, groups: dict[int, list[dict]]) -> None:
+        """A checkpoint's untrained groups (`inflight`), queued before anything is sampled; sampling goes on after
+        them. Call after `start_group` is set and before `start`."""
+        places = sorted(int(k) for k in groups)
+        if places != list(range(self.start_group, self.start_group + len(places))):
+            raise ValueError(
+                f"the checkpoint's in-flight groups {places} do not follow its first untrained group "
+                f"{self.start_group}"
+            )
+        self.replay = {int(k): groups[k] for k in groups}
+        self.next_group = self.start_group + len(places)
 
     # -- RolloutWorkerProtocol ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -144,6 +218,11 @@ class LocalRolloutWorker:
         and the group's place in the run (`start_group + group_id`), so a group's completions depend only on them and
         on the weights that sampled it: a resumed run draws group k as the uninterrupted run did."""
         prompt_ids = self._prompt_ids(row["prompt"])
+        if self.lag is not None:  # the schedule: wait for the version due to sample this group
+            need = self.version_for(self.start_group + group_id)
+            with self.turn:
+                while self.model_version < need and not self._stop.is_set():
+                    self.turn.wait(timeout=0.5)
         with self.lock:
             version = self.model_version
             self.generator.manual_seed(self.seed * 1_000_003 + self.start_group + group_id)
@@ -186,12 +265,28 @@ class LocalRolloutWorker:
             )
         return samples
 
+    def _group(self, row, place: int) -> list:
+        """The run's `place`-th group: replayed from the checkpoint, or sampled (and, under the schedule, recorded
+        before the sync that waits for it may go on)."""
+        group_id = place - self.start_group
+        if place in self.replay:
+            return [_sample_from_record(r, group_id, enqueued_at=time.time()) for r in self.replay.pop(place)]
+        samples = self.make_samples(row, group_id)
+        if self.lag is not None:
+            with self.turn:
+                trained = self.step_of(place) - self.lag - 1  # steps before the version that sampled it: trained
+                self.records = {k: v for k, v in self.records.items() if self.step_of(k) > trained}
+                self.records[place] = [_sample_record(s) for s in samples]
+                self.next_group = place + 1
+                self.turn.notify_all()
+        return samples
+
     def _run(self) -> None:
         try:
-            for row in self._prompts():
+            for place, row in enumerate(self._prompts(), start=self.start_group):
                 if self._stop.is_set():
                     return
-                samples = self.make_samples(row, self.groups)
+                samples = self._group(row, place)
                 self.groups += 1
                 for sample in samples:  # a group's samples go on the queue together, in order
                     while not self._stop.is_set():
@@ -214,11 +309,13 @@ class LocalWeightTransfer:
     def __init__(self, worker: LocalRolloutWorker):
         self.worker = worker
         self.syncs = 0  # the trainer's policy version (a resume sets the checkpoint's)
+        self.timeout_s = 600.0  # how long a sync waits for the worker to sample what its version is due to
 
     def init_weight_transfer(self) -> None:
         pass
 
     def pause(self) -> None:
+        self.worker.wait_for_turn(timeout_s=self.timeout_s)
         self.worker.lock.acquire()
 
     def send_weights(self, iterator) -> None:
@@ -230,8 +327,31 @@ class LocalWeightTransfer:
 
     def resume(self) -> None:
         self.syncs += 1
-        self.worker.model_version = self.syncs  # TRL's trainer counts its versions alike: 1 after the cold sync
+        with self.worker.turn:
+            self.worker.model_version = self.syncs  # TRL's trainer counts its versions alike: 1 after the cold sync
+            self.worker.turn.notify_all()
         self.worker.lock.release()
 
     def destroy(self) -> None:
         pass
+
+
+def _sample_record(sample) -> dict:
+    """A `RolloutSample` as JSON-ready values (its arrays as lists, with their dtypes)."""
+    record = {}
+    for f in dataclasses.fields(sample):
+        value = getattr(sample, f.name)
+        record[f.name] = (
+            {"array": value.tolist(), "dtype": str(value.dtype)} if isinstance(value, np.ndarray) else value
+        )
+    return record
+
+
+def _sample_from_record(record: dict, group_id: int, enqueued_at: float):
+    """The `RolloutSample` of a record (`_sample_record`), as the group `group_id` of this run."""
+    values = {
+        k: np.asarray(v["array"], dtype=v["dtype"]) if isinstance(v, dict) and "array" in v else v
+        for k, v in record.items()
+    }
+    values.update(group_id=group_id, metrics=dict(values["metrics"]), enqueued_at=enqueued_at)
+    return _rollout_sample_class()(**values)

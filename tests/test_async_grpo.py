@@ -3,6 +3,7 @@ whole groups however the planner splits them, the loss = TRL's − mean(λ·H) o
 under real staleness (a local rollout worker), and bad input refused by name."""
 
 import json
+import logging
 import math
 import os
 import queue
@@ -240,11 +241,12 @@ def recorded(worker) -> list[tuple[int, str, int]]:
 
 
 def test_a_killed_async_run_resumes_its_controller_prompt_order_and_versions(tmp_path, tokenizer, model_dir):
-    """Checkpointed at step 2 and resumed to step 4: H0, H* and the α of step 2 come back from the checkpoint, and α
-    moves on from there; the local worker goes on from the first group the checkpoint's run did not train, with the
-    prompts an uninterrupted run samples there, and the policy versions count on (TRL keeps this rollout state for
-    its own vLLM worker only, so the local one started over from prompt 0 and version 1 until 2026-12-06). The
-    samples themselves are new: which policy version samples a group depends on the two threads' timing."""
+    """Free-running worker, checkpointed at step 2 and resumed to step 4: H0, H* and the α of step 2 come back from the
+    checkpoint, and α moves on from there; the local worker goes on from the first group the checkpoint's run did not
+    train, with the prompts an uninterrupted run samples there, and the policy versions count on (TRL keeps this
+    rollout state for its own vLLM worker only, so the local one started over from prompt 0 and version 1 until
+    2026-12-06). The samples themselves are new: which version samples a group depends on the two threads' timing
+    (`local_rollout_lag` fixes it: the next test)."""
     rewards = [helpers.digit_count_reward, helpers.always_wrong]
     common = dict(
         aer_correctness_reward="always_wrong", aer_tau=2.0, aer_eta=0.05, save_strategy="steps", save_steps=2
@@ -262,7 +264,9 @@ def test_a_killed_async_run_resumes_its_controller_prompt_order_and_versions(tmp
         worker.stop()
     saved = first.aer_callback.controller
     state = json.loads((tmp_path / "a" / "checkpoint-2" / "rollout_state.json").read_text())
-    assert state == {"prompt_index": 2, "model_version": first.model_version} and first.model_version >= 2
+    assert state == {"prompt_index": 2, "model_version": first.model_version, "weights_published": True}
+    assert first.model_version == 3  # the cold sync's version 1, one more after each step
+    assert not (tmp_path / "a" / "checkpoint-2" / "rollout_inflight.json").exists()  # free-running: nothing kept
     resumed, worker = build(tmp_path / "a", tokenizer, model_dir, rewards, max_steps=4, **common)
     after = recorded(worker)
     try:
@@ -275,7 +279,91 @@ def test_a_killed_async_run_resumes_its_controller_prompt_order_and_versions(tmp
     assert again.iteration == 4
     prompts = {place: prompt for place, prompt, _ in uninterrupted}
     assert after[0][0] == 2 and all(prompts[place] == prompt for place, prompt, _ in after if place in prompts)
-    # the versions count on: the resumed run's first sync publishes the checkpoint's weights as the next version (as
-    # TRL numbers them for its own worker), then one more per step
-    assert min(version for *_, version in after) == state["model_version"] + 1
-    assert resumed.model_version == state["model_version"] + 1 + 2
+    # the versions count on as the uninterrupted run's: the resumed run's first sync publishes the checkpoint's
+    # weights under the version they had (TRL numbers them anew for its own worker), then one more per step
+    assert min(version for *_, version in after) == state["model_version"]
+    assert resumed.model_version == whole.model_version == 5
+
+
+def step_logs(trainer, after: int) -> dict[int, dict]:
+    """Each training log after step `after`, without its timings and its epoch (transformers counts a resumed
+    run's epoch anew where the data cannot be skipped, which TRL's asynchronous GRPO forces)."""
+    timed = ("perf/", "sample/time_in_queue", "sample/rollout_queue", "train_runtime", "_per_second")
+    return {
+        h["step"]: {k: v for k, v in h.items() if not k.startswith(timed) and k != "epoch"}
+        for h in trainer.state.log_history
+        if "loss" in h and h["step"] > after
+    }
+
+
+def test_with_local_rollout_lag_a_killed_async_run_resumes_exactly(tmp_path, tokenizer, model_dir, caplog):
+    """`local_rollout_lag` 2 (lockstep: group k sampled by the version two steps older than the one that trains
+    it), 2 groups a step: resumed from the uninterrupted run's checkpoint at step 2, the run trains the groups the
+    checkpoint kept (sampled by versions 1 and 2, which no longer exist) and then samples on: α, H0, H*, every
+    logged value of steps 3 and 4 (losses, entropies, λ and counts by lag) and the parameters at the end are the
+    uninterrupted run's. Changing the lag on resume is said."""
+    rewards = [helpers.digit_count_reward, helpers.always_wrong]
+    common = dict(
+        aer_correctness_reward="always_wrong", aer_tau=2.0, aer_eta=0.05, save_strategy="steps", save_steps=2,
+        max_steps=4, gradient_accumulation_steps=2, local_rollout_lag=2,
+    )  # fmt: skip
+    whole, worker = build(tmp_path / "whole", tokenizer, model_dir, rewards, **common)
+    try:
+        whole.train()
+    finally:
+        worker.stop()
+    checkpoint = tmp_path / "whole" / "checkpoint-2"
+    kept = json.loads((checkpoint / "rollout_inflight.json").read_text())
+    assert sorted(map(int, kept["groups"])) == [4, 5, 6, 7]  # the groups of steps 3 and 4, by versions 1 and 2
+    assert {s["model_version"] for g in kept["groups"].values() for s in g} == {1, 2}
+    resumed, worker = build(tmp_path / "resumed", tokenizer, model_dir, rewards, **common)
+    try:
+        resumed.train(resume_from_checkpoint=str(checkpoint))
+    finally:
+        worker.stop()
+    a, b = whole.aer_callback.controller, resumed.aer_callback.controller
+    assert len({h["alpha"] for h in a.history}) == 4, "α should move for this test to mean something"
+    assert b.history == a.history and (b.initial_entropy, b.target, b.iteration) == (a.initial_entropy, a.target, 4)
+    logs = step_logs(whole, after=2)
+    assert logs[4]["aer/lag/2/samples"] > 0 and not any("aer/lag/3" in k for k in logs[4])  # lag 2 exactly
+    again = step_logs(resumed, after=2)
+    # TRL's collator records a micro-batch's rewards and sizes when it collates it, one micro-batch ahead of training
+    # (accelerate reads ahead): the checkpoint's run logged step 3's first with step 2, the resumed run with step 3
+    collated = ("reward", "sample/", "batch/")
+    assert {k: v for k, v in again[3].items() if not k.startswith(collated)} == {
+        k: v for k, v in logs[3].items() if not k.startswith(collated)
+    }
+    assert again[4] == logs[4]
+    helpers.assert_same_params(helpers.params(resumed.model), helpers.params(whole.model))
+
+    changed, worker = build(tmp_path / "changed", tokenizer, model_dir, rewards, **{**common, "local_rollout_lag": 1})
+    try:
+        with caplog.at_level(logging.WARNING, logger="aer_trl.async_grpo_trainer"):
+            changed.train(resume_from_checkpoint=str(checkpoint))
+    finally:
+        worker.stop()
+    assert "had local_rollout_lag=2, this one 1" in caplog.text and changed.state.global_step == 4
+
+
+def test_local_rollout_lag_is_checked_as_trl_checks_its_settings(tmp_path):
+    with pytest.raises(ValueError, match=r"local_rollout_lag must be an integer from 1 .* got 0"):
+        config(tmp_path, local_rollout_lag=0)
+    with pytest.raises(ValueError, match=r"to max_staleness \(1; older samples are dropped\), got 2"):
+        config(tmp_path, local_rollout_lag=2, max_staleness=1)
+    with pytest.raises(ValueError, match="local_rollout_lag needs token_budget=0"):
+        config(tmp_path, local_rollout_lag=1, token_budget=64)
+    with pytest.raises(ValueError, match="local_rollout_lag needs weight_sync_steps=1"):
+        config(tmp_path, local_rollout_lag=1, weight_sync_steps=2)
+    with pytest.raises(ValueError, match="aer_max_lag must be an integer >= 0"):
+        config(tmp_path, aer_max_lag=-1)
+
+
+def test_the_schedule_keeps_each_group_within_one_step(tokenizer, model_dir):
+    worker = LocalRolloutWorker(
+        AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, helpers.make_dataset(), [helpers.always_wrong],
+        num_generations=4, max_completion_length=8,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"samples of an optimizer step \(6: .*multiple of num_generations \(4\)"):
+        worker.schedule(2, samples_per_step=6)
+    worker.schedule(2, samples_per_step=8)  # 2 groups a step: steps 1, 1, 2, 2, 3, 3, ...
+    assert [worker.version_for(k) for k in range(8)] == [1, 1, 1, 1, 1, 1, 2, 2]
