@@ -61,12 +61,14 @@ ASYNC_SETTINGS = {
         "local_rollouts: true  # sample with a copy of the policy in this process (no vLLM server): the CPU path",
         "max_staleness: 4",
         "token_budget: 0  # rows of per_device_train_batch_size samples (no vLLM server to ask for a length)",
+        "# local_rollout_lag: 2  # a run that resumes exactly: each group sampled 2 versions before it is trained",
     ],
     "smollm2_135m_instruct/arithmetic/aer.yaml": [
         "trainer: async_grpo  # AERAsyncGRPOTrainer: TRL's asynchronous GRPO, samples up to max_staleness old",
         "local_rollouts: true  # sample with a copy of the policy in this process (no vLLM server): the CPU path",
         "max_staleness: 4",
         "token_budget: 0  # rows of per_device_train_batch_size samples (no vLLM server to ask for a length)",
+        "# local_rollout_lag: 2  # a run that resumes exactly: each group sampled 2 versions before it is trained",
     ],
     "qwen3_4b_base/deepscaler/aer.yaml": [
         "trainer: async_grpo  # AERAsyncGRPOTrainer: rollouts from a vLLM server (trl vllm-serve), docs/gpu.md",
