@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import queue
+import shutil
 
 import pytest
 import torch
@@ -343,6 +344,17 @@ def test_with_local_rollout_lag_a_killed_async_run_resumes_exactly(tmp_path, tok
     finally:
         worker.stop()
     assert "had local_rollout_lag=2, this one 1" in caplog.text and changed.state.global_step == 4
+
+    # a checkpoint without its in-flight groups (a run without the schedule, a file lost): said, sampled anew, no hang
+    bare = tmp_path / "bare" / "checkpoint-2"
+    shutil.copytree(checkpoint, bare, ignore=shutil.ignore_patterns("rollout_inflight.json"))
+    again, worker = build(tmp_path / "bare", tokenizer, model_dir, rewards, **common, weight_sync_timeout=60)
+    try:
+        with caplog.at_level(logging.WARNING, logger="aer_trl.async_grpo_trainer"):
+            again.train(resume_from_checkpoint=str(bare))
+    finally:
+        worker.stop()
+    assert "has no rollout_inflight.json" in caplog.text and again.state.global_step == 4
 
 
 def test_local_rollout_lag_is_checked_as_trl_checks_its_settings(tmp_path):
