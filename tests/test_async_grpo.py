@@ -52,6 +52,15 @@ def build(tmp_path, tokenizer, model_dir, rewards, **overrides):
     return trainer, worker
 
 
+def train(trainer, worker, checkpoint=None):
+    """`trainer.train()` (from `checkpoint` where given), the worker's thread stopped however it ends."""
+    try:
+        trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
+    finally:
+        worker.stop()
+    return trainer
+
+
 def sample_dict(sample):
     """A queued `RolloutSample` as TRL's `RolloutQueueDataset` yields it to the planner."""
     return {k: getattr(sample, k) for k in ("input_ids", "completion_mask", "old_log_probs", "advantage", "group_id",
@@ -173,10 +182,7 @@ def test_aer_trains_async_on_cpu_alpha_per_step_and_telemetry_by_lag(tmp_path, t
         max_steps=5,
     )  # fmt: skip
     assert trainer.aer_attention == "torch"
-    try:
-        trainer.train()
-    finally:
-        worker.stop()
+    train(trainer, worker)
     alphas = [h["alpha"] for h in trainer.aer_callback.controller.history]
     assert alphas == pytest.approx([0.05, 0.1, 0.15, 0.2, 0.25])  # H0 from step 1, α moves once per step
     logs = [h for h in trainer.state.log_history if "loss" in h]
@@ -254,15 +260,9 @@ def test_a_killed_async_run_resumes_its_controller_prompt_order_and_versions(tmp
     )
     whole, worker = build(tmp_path / "whole", tokenizer, model_dir, rewards, max_steps=4, **common)
     uninterrupted = recorded(worker)
-    try:
-        whole.train()
-    finally:
-        worker.stop()
+    train(whole, worker)
     first, worker = build(tmp_path / "a", tokenizer, model_dir, rewards, max_steps=2, **common)
-    try:
-        first.train()
-    finally:
-        worker.stop()
+    train(first, worker)
     saved = first.aer_callback.controller
     state = json.loads((tmp_path / "a" / "checkpoint-2" / "rollout_state.json").read_text())
     assert state == {"prompt_index": 2, "model_version": first.model_version, "weights_published": True}
@@ -270,10 +270,7 @@ def test_a_killed_async_run_resumes_its_controller_prompt_order_and_versions(tmp
     assert not (tmp_path / "a" / "checkpoint-2" / "rollout_inflight.json").exists()  # free-running: nothing kept
     resumed, worker = build(tmp_path / "a", tokenizer, model_dir, rewards, max_steps=4, **common)
     after = recorded(worker)
-    try:
-        resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-2"))
-    finally:
-        worker.stop()
+    train(resumed, worker, tmp_path / "a" / "checkpoint-2")
     again = resumed.aer_callback.controller
     assert (again.initial_entropy, again.target) == (saved.initial_entropy, saved.target)
     assert [h["alpha"] for h in again.history] == pytest.approx([0.05, 0.1, 0.15, 0.2])  # 2 restored, 2 new
@@ -309,19 +306,13 @@ def test_with_local_rollout_lag_a_killed_async_run_resumes_exactly(tmp_path, tok
         max_steps=4, gradient_accumulation_steps=2, local_rollout_lag=2,
     )  # fmt: skip
     whole, worker = build(tmp_path / "whole", tokenizer, model_dir, rewards, **common)
-    try:
-        whole.train()
-    finally:
-        worker.stop()
+    train(whole, worker)
     checkpoint = tmp_path / "whole" / "checkpoint-2"
     kept = json.loads((checkpoint / "rollout_inflight.json").read_text())
     assert sorted(map(int, kept["groups"])) == [4, 5, 6, 7]  # the groups of steps 3 and 4, by versions 1 and 2
     assert {s["model_version"] for g in kept["groups"].values() for s in g} == {1, 2}
     resumed, worker = build(tmp_path / "resumed", tokenizer, model_dir, rewards, **common)
-    try:
-        resumed.train(resume_from_checkpoint=str(checkpoint))
-    finally:
-        worker.stop()
+    train(resumed, worker, checkpoint)
     a, b = whole.aer_callback.controller, resumed.aer_callback.controller
     assert len({h["alpha"] for h in a.history}) == 4, "α should move for this test to mean something"
     assert b.history == a.history and (b.initial_entropy, b.target, b.iteration) == (a.initial_entropy, a.target, 4)
@@ -338,22 +329,16 @@ def test_with_local_rollout_lag_a_killed_async_run_resumes_exactly(tmp_path, tok
     helpers.assert_same_params(helpers.params(resumed.model), helpers.params(whole.model))
 
     changed, worker = build(tmp_path / "changed", tokenizer, model_dir, rewards, **{**common, "local_rollout_lag": 1})
-    try:
-        with caplog.at_level(logging.WARNING, logger="aer_trl.async_grpo_trainer"):
-            changed.train(resume_from_checkpoint=str(checkpoint))
-    finally:
-        worker.stop()
+    with caplog.at_level(logging.WARNING, logger="aer_trl.async_grpo_trainer"):
+        train(changed, worker, checkpoint)
     assert "had local_rollout_lag=2, this one 1" in caplog.text and changed.state.global_step == 4
 
     # a checkpoint without its in-flight groups (a run without the schedule, a file lost): said, sampled anew, no hang
     bare = tmp_path / "bare" / "checkpoint-2"
     shutil.copytree(checkpoint, bare, ignore=shutil.ignore_patterns("rollout_inflight.json"))
     again, worker = build(tmp_path / "bare", tokenizer, model_dir, rewards, **common, weight_sync_timeout=60)
-    try:
-        with caplog.at_level(logging.WARNING, logger="aer_trl.async_grpo_trainer"):
-            again.train(resume_from_checkpoint=str(bare))
-    finally:
-        worker.stop()
+    with caplog.at_level(logging.WARNING, logger="aer_trl.async_grpo_trainer"):
+        train(again, worker, bare)
     assert "has no rollout_inflight.json" in caplog.text and again.state.global_step == 4
 
 
