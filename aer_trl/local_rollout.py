@@ -266,18 +266,20 @@ class LocalRolloutWorker:
         return samples
 
     def _group(self, row, place: int) -> list:
-        """The run's `place`-th group: replayed from the checkpoint, or sampled (and, under the schedule, recorded
-        before the sync that waits for it may go on)."""
+        """The run's `place`-th group: replayed from the checkpoint, or sampled. Under the schedule it is kept (until
+        the trainer's version says it is trained) before the sync that waits for it may go on."""
         group_id = place - self.start_group
         if place in self.replay:
-            return [_sample_from_record(r, group_id, enqueued_at=time.time()) for r in self.replay.pop(place)]
-        samples = self.make_samples(row, group_id)
+            records = self.replay.pop(place)
+            samples = [_sample_from_record(r, group_id, enqueued_at=time.time()) for r in records]
+        else:
+            samples = self.make_samples(row, group_id)
+            records = [_sample_record(s) for s in samples] if self.lag is not None else None
         if self.lag is not None:
-            with self.turn:
-                trained = self.step_of(place) - self.lag - 1  # steps before the version that sampled it: trained
-                self.records = {k: v for k, v in self.records.items() if self.step_of(k) > trained}
-                self.records[place] = [_sample_record(s) for s in samples]
-                self.next_group = place + 1
+            with self.turn:  # version v is trained from step v on: steps before it are done
+                self.records = {k: v for k, v in self.records.items() if self.step_of(k) >= self.model_version}
+                self.records[place] = records
+                self.next_group = max(self.next_group, place + 1)
                 self.turn.notify_all()
         return samples
 

@@ -302,7 +302,7 @@ def test_with_local_rollout_lag_a_killed_async_run_resumes_exactly(tmp_path, tok
     uninterrupted run's. Changing the lag on resume is said."""
     rewards = [helpers.digit_count_reward, helpers.always_wrong]
     common = dict(
-        aer_correctness_reward="always_wrong", aer_tau=2.0, aer_eta=0.05, save_strategy="steps", save_steps=2,
+        aer_correctness_reward="always_wrong", aer_tau=2.0, aer_eta=0.05, save_strategy="steps", save_steps=1,
         max_steps=4, gradient_accumulation_steps=2, local_rollout_lag=2,
     )  # fmt: skip
     whole, worker = build(tmp_path / "whole", tokenizer, model_dir, rewards, **common)
@@ -327,6 +327,13 @@ def test_with_local_rollout_lag_a_killed_async_run_resumes_exactly(tmp_path, tok
     }
     assert again[4] == logs[4]
     helpers.assert_same_params(helpers.params(resumed.model), helpers.params(whole.model))
+    # resumed twice: the resumed run's checkpoint at step 3 keeps the groups it replayed and has not trained yet
+    kept = json.loads((tmp_path / "resumed" / "checkpoint-3" / "rollout_inflight.json").read_text())
+    assert sorted(map(int, kept["groups"])) == [6, 7, 8, 9]  # steps 4 (replayed, version 2) and 5 (version 3)
+    twice, worker = build(tmp_path / "twice", tokenizer, model_dir, rewards, **common)
+    train(twice, worker, tmp_path / "resumed" / "checkpoint-3")
+    assert twice.aer_callback.controller.history == a.history
+    helpers.assert_same_params(helpers.params(twice.model), helpers.params(whole.model))
 
     changed, worker = build(tmp_path / "changed", tokenizer, model_dir, rewards, **{**common, "local_rollout_lag": 1})
     with caplog.at_level(logging.WARNING, logger="aer_trl.async_grpo_trainer"):
