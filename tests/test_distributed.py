@@ -41,14 +41,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(out: Path, *launcher_args: str, script_args=()):
+def launch(out: Path, *launcher_args: str, script_args=(), script: Path = SCRIPT):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     cmd = [
         *ACCELERATE,
         "--main_process_port",
         str(free_port()),
         *launcher_args,
-        str(SCRIPT),
+        str(script),
         "--output_dir",
         str(out),
         *script_args,
@@ -154,3 +154,25 @@ def test_two_processes_rloo_deepspeed_zero3_sharded(tmp_path):
     state = json.loads((tmp_path / "checkpoint-2" / "trainer_state.json").read_text())["stateful_callbacks"]
     assert state["AERCallback"]["attributes"]["controller_state"]["alpha"] == pytest.approx(0.52)
     assert ranks[0]["parameters"] == ranks[1]["parameters"]  # the same model, gathered whole, on both ranks
+
+
+def test_two_processes_async_grpo_lockstep_resumes_exactly(tmp_path):
+    """AER on TRL's asynchronous GRPO in 2 processes (the local worker on rank 0, on the lockstep schedule with lag 2,
+    8 samples a step): α agrees across ranks, and a run resumed from the uninterrupted run's checkpoint at step 2
+    trains steps 3 and 4 as it did (the same losses, entropies, lags and parameters on every rank)."""
+    from tests import helpers
+
+    model = helpers.save_model(helpers.make_tokenizer(), tmp_path / "model")
+    script, args = ROOT / "tests" / "scripts" / "async_run.py", ["--model", model]
+    whole = launch(tmp_path / "whole", "--multi_gpu", script=script, script_args=args)
+    assert whole[0]["alpha"] == whole[1]["alpha"] and len(set(whole[0]["alpha"])) == 4
+    assert whole[0]["lags"]["4"] == ["aer/lag/2/samples"]
+    checkpoint = tmp_path / "whole" / "checkpoint-2"
+    assert (checkpoint / "rollout_inflight.json").is_file()
+    resumed = launch(tmp_path / "resumed", "--multi_gpu", script=script,
+                     script_args=[*args, "--resume_from_checkpoint", str(checkpoint)])  # fmt: skip
+    for rank in range(2):
+        assert resumed[rank]["alpha"] == whole[rank]["alpha"]
+        for key in ("loss", "entropy", "lags"):
+            assert {s: resumed[rank][key][s] for s in ("3", "4")} == {s: whole[rank][key][s] for s in ("3", "4")}
+        assert resumed[rank]["checksum"] == whole[rank]["checksum"]
