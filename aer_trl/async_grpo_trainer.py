@@ -281,6 +281,12 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
                 self.model_version = self.weight_transfer.syncs = worker.model_version = version
                 if worker.lag is not None:
                     self._load_inflight(worker, Path(resume))
+                else:
+                    logger.warning(
+                        "resuming with the free-running local worker: the groups in flight at the checkpoint are "
+                        "sampled again with its weights, so the steps after it differ from the uninterrupted run's "
+                        "(local_rollout_lag gives an exact resume)"
+                    )
             elif state_file is not None:
                 logger.warning("%s has no %s: the local rollout worker starts from prompt 0", resume, ROLLOUT_STATE)
         return super()._inner_training_loop(*args, **kwargs)

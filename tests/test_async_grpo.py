@@ -247,7 +247,7 @@ def recorded(worker) -> list[tuple[int, str, int]]:
     return seen
 
 
-def test_a_killed_async_run_resumes_its_controller_prompt_order_and_versions(tmp_path, tokenizer, model_dir):
+def test_a_killed_async_run_resumes_its_controller_prompt_order_and_versions(tmp_path, tokenizer, model_dir, caplog):
     """Free-running worker, checkpointed at step 2 and resumed to step 4: H0, H* and the α of step 2 come back from the
     checkpoint, and α moves on from there; the local worker goes on from the first group the checkpoint's run did not
     train, with the prompts an uninterrupted run samples there, and the policy versions count on (TRL keeps this
@@ -270,7 +270,9 @@ def test_a_killed_async_run_resumes_its_controller_prompt_order_and_versions(tmp
     assert not (tmp_path / "a" / "checkpoint-2" / "rollout_inflight.json").exists()  # free-running: nothing kept
     resumed, worker = build(tmp_path / "a", tokenizer, model_dir, rewards, max_steps=4, **common)
     after = recorded(worker)
-    train(resumed, worker, tmp_path / "a" / "checkpoint-2")
+    with caplog.at_level(logging.WARNING, logger="aer_trl.async_grpo_trainer"):
+        train(resumed, worker, tmp_path / "a" / "checkpoint-2")
+    assert "the steps after it differ from the uninterrupted run's (local_rollout_lag gives" in caplog.text
     again = resumed.aer_callback.controller
     assert (again.initial_entropy, again.target) == (saved.initial_entropy, saved.target)
     assert [h["alpha"] for h in again.history] == pytest.approx([0.05, 0.1, 0.15, 0.2])  # 2 restored, 2 new
