@@ -185,7 +185,9 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
         self._aer_micro = 0
         self._aer_method = None
         if args.local_rollouts and kwargs.get("rollout_worker") is None:
-            kwargs = {**kwargs, **self._local_rollouts(model, reward_funcs, args, *pos_args, **kwargs)}
+            from .local_rollout import local_rollouts
+
+            kwargs = {**kwargs, **local_rollouts(model, reward_funcs, args, *pos_args, **kwargs)}
         with _swapped(trl_async, "get_peak_flops_per_device", peak_flops_per_device):
             super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
         self.aer_attention = register_tree_attention()  # "fa3", or "torch" where FA3 cannot load
@@ -200,34 +202,6 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
                 self.rollout_queue = GroupedRollouts(
                     self.rollout_queue, args.num_generations, key, args.aer_correctness_threshold
                 )
-
-    @staticmethod
-    def _local_rollouts(model, reward_funcs, args, train_dataset=None, processing_class=None, **kwargs) -> dict:
-        """`local_rollouts`: a `LocalRolloutWorker` over its own copy of the model (from the same path) and its
-        `LocalWeightTransfer`, as the trainer's `rollout_worker` / `weight_transfer`."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from .local_rollout import LocalRolloutWorker, LocalWeightTransfer
-
-        if train_dataset is None:
-            raise ValueError(
-                "local_rollouts: the local rollout worker samples prompts of train_dataset, which is None"
-            )
-        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs] if reward_funcs else []
-        if any(not callable(f) for f in funcs):
-            raise ValueError(
-                "local_rollouts: the local rollout worker scores with reward functions, not reward models"
-            )
-        tokenizer = processing_class or AutoTokenizer.from_pretrained(model)
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        copy = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, args.dtype or "float32"))
-        copy = copy.to(args.device)  # the worker samples on the trainer's device (a GPU's, or the CPU)
-        worker = LocalRolloutWorker(
-            copy, tokenizer, train_dataset, funcs, num_generations=args.num_generations,
-            max_completion_length=args.max_completion_length, temperature=args.temperature, seed=args.seed,
-        )  # fmt: skip
-        return {"rollout_worker": worker, "weight_transfer": LocalWeightTransfer(worker)}
 
     # -- resume: TRL saves and restores the rollout position (`rollout_state.json`: the first untrained prompt, the
     # policy version) for its own vLLM worker only (an isinstance check); the local worker's is kept alike, so that a

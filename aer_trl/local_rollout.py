@@ -32,7 +32,7 @@ import warnings
 
 import numpy as np
 import torch
-from transformers import DynamicCache
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from .compat import cache_kwarg
 
@@ -336,6 +336,26 @@ class LocalWeightTransfer:
 
     def destroy(self) -> None:
         pass
+
+
+def local_rollouts(model, reward_funcs, args, train_dataset=None, processing_class=None, **kwargs) -> dict:
+    """`local_rollouts`: a `LocalRolloutWorker` over its own copy of the model (from the same path) and its
+    `LocalWeightTransfer`, as the trainer's `rollout_worker` / `weight_transfer`."""
+    if train_dataset is None:
+        raise ValueError("local_rollouts: the local rollout worker samples prompts of train_dataset, which is None")
+    funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs] if reward_funcs else []
+    if any(not callable(f) for f in funcs):
+        raise ValueError("local_rollouts: the local rollout worker scores with reward functions, not reward models")
+    tokenizer = processing_class or AutoTokenizer.from_pretrained(model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    copy = AutoModelForCausalLM.from_pretrained(model, dtype=getattr(torch, args.dtype or "float32"))
+    copy = copy.to(args.device)  # the worker samples on the trainer's device (a GPU's, or the CPU)
+    worker = LocalRolloutWorker(
+        copy, tokenizer, train_dataset, funcs, num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length, temperature=args.temperature, seed=args.seed,
+    )  # fmt: skip
+    return {"rollout_worker": worker, "weight_transfer": LocalWeightTransfer(worker)}
 
 
 def _sample_record(sample) -> dict:
