@@ -183,3 +183,17 @@ def grads(model, loss):
     model.zero_grad()
     loss.backward()
     return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def exit_launched_process(accelerator) -> None:
+    """The end of a script `accelerate launch` runs in several processes: the process group torn down once every
+    rank is done with it, then exit without the interpreter's teardown. Left to interpreter shutdown (or torn down
+    while the other rank still talks), gloo's threads can abort a process that has already succeeded ("terminate
+    called without an active exception")."""
+    import os
+
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

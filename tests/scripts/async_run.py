@@ -43,6 +43,7 @@ def main() -> None:
     }
     rank = trainer.accelerator.process_index
     (cli.output_dir / f"rank{rank}.json").write_text(json.dumps(record))
+    helpers.exit_launched_process(trainer.accelerator)
 
 
 if __name__ == "__main__":

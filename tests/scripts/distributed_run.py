@@ -191,14 +191,7 @@ def main():
     }
     with open(os.path.join(cli.output_dir, f"rank{rank}.json"), "w") as f:
         json.dump(record, f)
-    # tear the process group down before exit, once every rank is done with it: left to interpreter shutdown (or
-    # torn down while the other rank still talks), gloo's threads can abort a process that has already succeeded
-    # ("terminate called without an active exception"); then exit without the interpreter's teardown
-    trainer.accelerator.wait_for_everyone()
-    trainer.accelerator.end_training()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    helpers.exit_launched_process(trainer.accelerator)
 
 
 if __name__ == "__main__":
