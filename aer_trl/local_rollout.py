@@ -84,7 +84,6 @@ class LocalRolloutWorker:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._last_put = time.monotonic()
-        self.groups = 0  # groups sampled or replayed by this run
         self.lag: int | None = None  # the lockstep schedule (`schedule`); None: free-running
         self.samples_per_step = 0
         self.turn = threading.Condition()  # guards `model_version`, `next_group` and `records` under the schedule
@@ -289,7 +288,6 @@ class LocalRolloutWorker:
                 if self._stop.is_set():
                     return
                 samples = self._group(row, place)
-                self.groups += 1
                 for sample in samples:  # a group's samples go on the queue together, in order
                     while not self._stop.is_set():
                         try:
