@@ -51,33 +51,16 @@ class LossCapture:
 
 
 class AERTrainerBase(ResumeMixin):
-    """What every AER trainer has whatever its seams (`AERTrainerMixin`, `AERAsyncGRPOTrainer`): the controller's
-    callback, the model card and the aer/* values in each training log; the trainer holds an `aer_core`."""
+    """What every AER trainer has whatever its seams (`AERTrainerMixin` for GRPO and RLOO, `AERAsyncGRPOTrainer`):
+    one constructor, the controller's callback, the model card and the aer/* values in each training log; the trainer
+    holds an `aer_core`.
 
-    @property
-    def aer_callback(self) -> AERCallback:
-        """The AERCallback that owns α, H0 and H* (the controller's state), for every read of α."""
-        return self.aer_core.controller
+    The constructor is the one path of all three trainers: the config (a plain TRL config converted), the method's
+    trainer requirements, the callbacks and the AER core, TRL's constructor (`_build_trl`, with what the trainer needs
+    around it), the chat template, the vLLM drift guard, the method, the reward names (TRL's), the CPU bf16 warning,
+    then the trainer's own wiring (`_aer_wire`)."""
 
-    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
-        """TRL's model card for the method actually trained, plus AER's section (`aer_trl.card`)."""
-        write_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.aer_core.on and not any(key.startswith("eval_") for key in logs):
-            self.aer_core.fill_logs(logs, self._metrics["train"])
-        super().log(logs, start_time)
-
-
-class AERTrainerMixin(AERTrainerBase):
-    """AER on a TRL rollout trainer. Same constructor as the TRL trainer it is mixed into; `args` is the adapter's
-    config class (`config_class`; a plain TRL config of that trainer is converted, the AER fields at their
-    defaults)."""
-
-    config_class: type  # AERGRPOConfig, AERRLOOConfig
-    # alive only while TRL's scoring / loss runs inside AER's override (`_capturing`), None otherwise
-    _rollout_capture: RolloutCapture | None = None
-    _loss_capture: LossCapture | None = None
+    config_class: type  # AERGRPOConfig, AERRLOOConfig, AERAsyncGRPOConfig
 
     def __init__(
         self,
@@ -110,8 +93,7 @@ class AERTrainerMixin(AERTrainerBase):
             self._tag_names = self.trl_trainer()._tag_names  # TRL's tags on the model and its card
         if args.method_settings:
             logger.info("method=%r sets %s", args.method, args.method_settings)
-        with vllm_for_trainer(self, model, args):  # aer_trl.vllm_support: the engine's dtype, CPU fixes
-            super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
+        self._build_trl(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
         set_chat_template(
             self.processing_class, args.chat_template_path, prompts_are_conversational(self.train_dataset)
         )
@@ -119,16 +101,58 @@ class AERTrainerMixin(AERTrainerBase):
         self._aer_method = get_method(args.method)
         self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
         self.aer_base_model = base_model
-        self.aer_core.bind_rewards(self.reward_func_names)
+        self.aer_core.bind_rewards(self.aer_reward_names())
         self.aer_resume_changes: dict[str, tuple] = {}  # settings that differ from the checkpoint resumed from
         slow = cpu_bf16_warning(self.accelerator.device, args.bf16, self.model)
         if slow:
             logger.warning(slow)
+        self._aer_wire(args)
+
+    def _build_trl(self, model, reward_funcs, args, *pos_args, **kwargs) -> None:
+        """TRL's constructor of the trainer this adapter extends."""
+        super().__init__(model, reward_funcs, args, *pos_args, **kwargs)
+
+    def aer_reward_names(self) -> list[str]:
+        """The reward functions' names as TRL names them (`reward_func_names`: a partial by the function it wraps, a
+        callable instance by its class, a reward model by its model id, an environment's `get_reward` by the
+        environment's class), which `aer_correctness_reward` is one of."""
+        return list(self.reward_func_names)
+
+    def _aer_wire(self, args) -> None:
+        """What a trainer wires after the shared steps (the asynchronous trainer's queue, collator, attention)."""
 
     @classmethod
     def trl_trainer(cls) -> type:
-        """The TRL trainer this adapter extends (`GRPOTrainer`, `RLOOTrainer`)."""
+        """The TRL trainer this adapter extends (`GRPOTrainer`, `RLOOTrainer`, `AsyncGRPOTrainer`)."""
         return next(c for c in cls.__mro__ if c.__module__.startswith("trl.") and "_tag_names" in vars(c))
+
+    @property
+    def aer_callback(self) -> AERCallback:
+        """The AERCallback that owns α, H0 and H* (the controller's state), for every read of α."""
+        return self.aer_core.controller
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
+        """TRL's model card for the method actually trained, plus AER's section (`aer_trl.card`)."""
+        write_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.aer_core.on and not any(key.startswith("eval_") for key in logs):
+            self.aer_core.fill_logs(logs, self._metrics["train"])
+        super().log(logs, start_time)
+
+
+class AERTrainerMixin(AERTrainerBase):
+    """AER on a TRL synchronous rollout trainer (GRPO, RLOO). Same constructor as the TRL trainer it is mixed into;
+    `args` is the adapter's config class (`config_class`; a plain TRL config of that trainer is converted, the AER
+    fields at their defaults)."""
+
+    # alive only while TRL's scoring / loss runs inside AER's override (`_capturing`), None otherwise
+    _rollout_capture: RolloutCapture | None = None
+    _loss_capture: LossCapture | None = None
+
+    def _build_trl(self, model, reward_funcs, args, *pos_args, **kwargs) -> None:
+        with vllm_for_trainer(self, model, args):  # aer_trl.vllm_support: the engine's dtype, CPU fixes
+            super()._build_trl(model, reward_funcs, args, *pos_args, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ controller
     @contextmanager

@@ -13,6 +13,7 @@ with warnings.catch_warnings():  # TRL warns on every import from trl.experiment
 
 from .config import AERArguments
 from .config_docs import ASYNC_GROUPS, documented
+from .families import family
 
 
 @documented(ASYNC_GROUPS)
@@ -26,7 +27,7 @@ class AERAsyncGRPOConfig(AERArguments, AsyncGRPOConfig):
     """
 
     trainer_kind: ClassVar[str] = "async_grpo"
-    trainer_name: ClassVar[str] = "AERAsyncGRPOTrainer"
+    trainer_name: ClassVar[str] = family("async_grpo").trainer_name
     default_run_suffix: ClassVar[str] = "AER-AsyncGRPO"
 
     local_rollouts: bool = field(
@@ -34,7 +35,9 @@ class AERAsyncGRPOConfig(AERArguments, AsyncGRPOConfig):
         metadata={
             "help": "Sample with a copy of the policy in a background thread of this process "
             "(aer_trl.local_rollout.LocalRolloutWorker, transformers' forward, weights copied at every sync) instead "
-            "of TRL's vLLM server: the CPU and test path. Ignored where a rollout_worker is passed to the trainer."
+            "of TRL's vLLM server: the CPU and test path. It samples at `temperature` without tools: the vLLM "
+            "worker's other sampling settings (top_p, top_k, min_p, repetition_penalty, ...) are refused with it, and "
+            "so is a rollout_worker passed to the trainer."
         },
     )
     aer_max_lag: int | None = field(
@@ -57,22 +60,3 @@ class AERAsyncGRPOConfig(AERArguments, AsyncGRPOConfig):
             "None: the worker samples as fast as it can (staleness as the threads' timing makes it)."
         },
     )
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.aer_max_lag is not None and (isinstance(self.aer_max_lag, bool) or int(self.aer_max_lag) < 0):
-            raise ValueError(f"aer_max_lag must be an integer >= 0 or None, got {self.aer_max_lag!r}")
-        lag = self.local_rollout_lag
-        if lag is None:
-            return
-        if isinstance(lag, bool) or not isinstance(lag, int) or not 1 <= lag <= self.max_staleness:
-            raise ValueError(
-                f"local_rollout_lag must be an integer from 1 (the data loader reads one micro-batch ahead) to "
-                f"max_staleness ({self.max_staleness}; older samples are dropped), got {lag!r}"
-            )
-        for name, needed in (("token_budget", 0), ("weight_sync_steps", 1)):
-            if getattr(self, name) != needed:
-                raise ValueError(
-                    f"local_rollout_lag needs {name}={needed} (the schedule counts one policy version per optimizer "
-                    f"step of a fixed number of samples), got {name}={getattr(self, name)!r}"
-                )

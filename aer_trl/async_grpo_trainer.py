@@ -20,13 +20,13 @@ it. The adapter wires those seams to the AER core (`aer_trl.core`):
 from __future__ import annotations
 
 import collections
+import inspect
 import itertools
 import json
 import logging
 import math
 import queue
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -39,10 +39,9 @@ with warnings.catch_warnings():  # TRL warns on every import from trl.experiment
 
 from .adapter import AERTrainerBase
 from .async_grpo_config import AERAsyncGRPOConfig
-from .async_support import peak_flops_per_device, register_tree_attention
+from .async_support import peak_flops_per_device, use_tree_attention_by_device, with_names
 from .atomic import atomic_write
-from .callbacks import AERCallback, trainer_callbacks
-from .core import AERCore
+from .families import family
 from .metrics import log_rollout
 
 logger = logging.getLogger(__name__)
@@ -55,15 +54,16 @@ ROLLOUT_INFLIGHT = "rollout_inflight.json"  # the local worker's sampled, untrai
 class GroupedRollouts:
     """The rollout queue, read a whole group at a time: a group's samples are handed on together once
     `group_size` of them arrived (or, on a timeout, as far as they came), each stamped with its group's accuracy g
-    (`metrics["aer/group_accuracy"]`: the share of its scored samples whose correctness reward is ≥ `threshold`) and
-    its policy version. A sample without the correctness reward, or a correctness reward that is not 0/1, is refused
-    naming what is missing. Drop-in for the queue TRL's `RolloutQueueDataset` reads (`get`, `qsize`, `put_nowait`)."""
+    (`metrics["aer/group_accuracy"]`: the share of its scored samples that `correct` counts correct, the rule of every
+    AER trainer: correctness reward ≥ aer_correctness_threshold) and its policy version. A sample without the
+    correctness reward is refused naming what is missing. Drop-in for the queue TRL's `RolloutQueueDataset` reads
+    (`get`, `qsize`, `put_nowait`)."""
 
-    def __init__(self, rollout_queue, group_size: int, correctness_key: str, threshold: float):
+    def __init__(self, rollout_queue, group_size: int, correctness_key: str, correct):
         self.queue = rollout_queue
         self.group_size = group_size
         self.key = correctness_key
-        self.threshold = threshold
+        self.correct = correct  # correctness reward values -> 1/0, NaN where unscored (`AERCore.correct`)
         self.pending: dict = collections.OrderedDict()  # group_id -> samples so far
         self.ready: collections.deque = collections.deque()
         self.partial_groups = 0
@@ -75,7 +75,6 @@ class GroupedRollouts:
         self.queue.put_nowait(item)
 
     def _stamp(self, samples: list) -> None:
-        values = []
         for sample in samples:
             if self.key not in sample.metrics:
                 raise KeyError(
@@ -83,16 +82,10 @@ class GroupedRollouts:
                     f"{sorted(k for k in sample.metrics if k.startswith('rewards/'))}): name one of those rewards, "
                     "or have the rollout worker record it as TRL's does (metrics['rewards/<reward name>'])"
                 )
-            value = float(sample.metrics[self.key])
-            if not math.isnan(value) and value not in (0.0, 1.0):
-                raise ValueError(
-                    f"aer_correctness_reward: {self.key!r} is {value}, not 0 or 1: AER's group accuracy needs a "
-                    "binary "
-                    "correctness reward (a shaped or weighted reward belongs in the other reward functions)"
-                )
-            values.append(value >= self.threshold if not math.isnan(value) else math.nan)
-        scored = [v for v in values if not (isinstance(v, float) and math.isnan(v))]
-        g = sum(scored) / len(scored) if scored else math.nan
+        rewards = torch.tensor([float(sample.metrics[self.key]) for sample in samples], dtype=torch.float64)
+        correct = self.correct(rewards)
+        scored = correct[~torch.isnan(correct)]
+        g = float(scored.double().mean()) if scored.numel() else math.nan
         for sample in samples:
             sample.metrics = {**sample.metrics, GROUP_ACCURACY: g, SAMPLE_VERSION: float(sample.model_version)}
 
@@ -153,55 +146,93 @@ class TrainedGroups(set):
         return next(g for g in itertools.count() if g not in trained)
 
 
-@contextmanager
-def _swapped(module, name: str, value):
-    original = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, original)
-
-
 class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
     """Asynchronous GRPO with Adaptive Entropy Regularization. Same constructor as TRL's `AsyncGRPOTrainer` (a model
     path, reward functions, `rollout_worker` / `weight_transfer` to bring one's own); `args` is an
-    `AERAsyncGRPOConfig`. Where FlashAttention-3 cannot load (no CUDA, no Hub), the tree attention runs in torch
+    `AERAsyncGRPOConfig`. Built through the same constructor as the other AER trainers (`AERTrainerBase`). The tree
+    attention follows the trainer's device: TRL's FA3 kernel on a CUDA device that loads it, torch elsewhere
     (`aer_trl.async_support`); `aer_trl.local_rollout` gives a rollout worker that needs no vLLM server."""
 
     config_class = AERAsyncGRPOConfig
-    _tag_names = ["trl", "async-grpo", "aer", "aer_trl"]
+    _tag_names = ["trl", family("async_grpo").tag, "aer", "aer_trl"]
     _name = "AER-AsyncGRPO"
+    _aer_micro = 0  # micro-steps trained, for the controller's once-per-optimizer-step cadence
 
-    def __init__(self, model, reward_funcs=None, args=None, *pos_args, callbacks=None, dataset_name=None,
-                 data_description=None, base_model=None, **kwargs):  # fmt: skip
-        args = self.config_class.for_trainer(args, model)
-        callbacks = trainer_callbacks(args, callbacks)
-        self._aer_callback = next((cb for cb in callbacks if isinstance(cb, AERCallback)), None)
-        self.aer_core = AERCore(args, self._aer_callback)
-        self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
-        self.aer_base_model = base_model
-        self.aer_resume_changes: dict[str, tuple] = {}
-        self._aer_micro = 0
-        self._aer_method = None
-        if args.local_rollouts and kwargs.get("rollout_worker") is None:
-            from .local_rollout import local_rollouts
+    # TRL's constructor and data loader, one module-level name each bound to ours (`async_support.with_names`):
+    # - `get_peak_flops_per_device`: TRL's asks `torch.cuda` for the device's name, which raises off CUDA (a CPU
+    #   run); ours returns None there (no MFU logged) and TRL's value on CUDA;
+    # - `DataCollatorForRollout`: TRL's collator plus each trained token's group accuracy and policy version
+    #   (`AERCollator`), which only the collator can lay out (it alone sees the samples of a packed row).
+    _trl_init = with_names(AsyncGRPOTrainer.__init__, get_peak_flops_per_device=peak_flops_per_device)
+    _trl_train_dataloader = with_names(AsyncGRPOTrainer.get_train_dataloader, DataCollatorForRollout=AERCollator)
 
-            kwargs = {**kwargs, **local_rollouts(model, reward_funcs, args, *pos_args, **kwargs)}
-        with _swapped(trl_async, "get_peak_flops_per_device", peak_flops_per_device):
-            super().__init__(model, reward_funcs, args, *pos_args, callbacks=callbacks, **kwargs)
-        self.aer_attention = register_tree_attention()  # "fa3", or "torch" where FA3 cannot load
+    def _build_trl(self, model, reward_funcs, args, *pos_args, **kwargs) -> None:
+        trl_args = (
+            inspect.signature(AsyncGRPOTrainer.__init__)
+            .bind(self, model, reward_funcs, args, *pos_args, **kwargs)
+            .arguments
+        )
+        trl_args.pop("self")
+        funcs = trl_args.get("reward_funcs")
+        self._aer_reward_funcs = funcs if isinstance(funcs, list) else [funcs] if funcs is not None else []
+        if args.local_rollouts:
+            trl_args.update(self._local_rollouts(model, args, trl_args))
+        self._trl_init(**trl_args)
+
+    @staticmethod
+    def _local_rollouts(model, args, trl_args: dict) -> dict:
+        """`local_rollouts`: the local worker and its weight transfer, sharing the trainer's tokenizer (so the chat
+        template set on it reaches the worker); what the worker cannot do is refused by name."""
+        from transformers import AutoTokenizer
+
+        from .local_rollout import local_rollouts
+
+        for name in ("rollout_worker", "weight_transfer", "tools", "environment_factory"):
+            if trl_args.get(name) is not None:
+                raise ValueError(
+                    f"local_rollouts=True builds the rollout worker and its weight transfer, which sample without "
+                    f"tools or environments, but `{name}` was given: pass local_rollouts=False to use it"
+                )
+        if trl_args.get("processing_class") is None:  # TRL would load it from the same path: load it once, for both
+            trl_args["processing_class"] = AutoTokenizer.from_pretrained(
+                model, trust_remote_code=args.trust_remote_code
+            )
+        return local_rollouts(
+            model, trl_args.get("reward_funcs"), args, trl_args.get("train_dataset"), trl_args["processing_class"]
+        )
+
+    def aer_reward_names(self) -> list[str]:
+        """TRL's names of the rewards the rollout worker records (`metrics["rewards/<name>"]`): the worker's own list
+        where it has one (TRL's worker and the local one: environment-owned rewards included), else the reward
+        functions' names by TRL's rule; where neither names any (a worker that scores by itself), the one
+        `aer_correctness_reward` names. Rank 0's, on every process."""
+        from accelerate.utils import broadcast_object_list
+        from trl.trainer.utils import get_callable_name
+
+        names = getattr(self.rollout_worker, "reward_func_names", None)
+        if names is None:
+            names = [get_callable_name(f) for f in self._aer_reward_funcs]
+        if not names and isinstance(self.args.aer_correctness_reward, str):
+            names = [self.args.aer_correctness_reward]
+        return broadcast_object_list([list(names)], from_process=0)[0]
+
+    def _aer_wire(self, args) -> None:
+        use_tree_attention_by_device(self.model)
         if args.local_rollout_lag is not None:
             self._schedule_local_worker(args)
         self._trained_groups = TrainedGroups(self._trained_groups)  # before the data loader shares it
-        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs] if reward_funcs else []
-        names = [getattr(f, "__name__", None) or str(f).split("/")[-1] for f in funcs]
-        if self.aer_core.on:
-            key = self._correctness_key(names)
-            if self.accelerator.is_main_process:
-                self.rollout_queue = GroupedRollouts(
-                    self.rollout_queue, args.num_generations, key, args.aer_correctness_threshold
-                )
+        if self.aer_core.on and self.accelerator.is_main_process:
+            key = f"rewards/{self.aer_core.correctness_name}"
+            self.rollout_queue = GroupedRollouts(self.rollout_queue, args.num_generations, key, self.aer_core.correct)
+
+    def add_callback(self, callback):
+        """TRL adds two `StepIntervalCallback`s on purpose (the weight sync and the step metrics); transformers warns,
+        with the whole list of callbacks, about any second callback of one class. Those two are added without the
+        warning; every other callback goes through transformers' check."""
+        if isinstance(callback, trl_async.StepIntervalCallback):
+            self.callback_handler.callbacks.append(callback)
+            return
+        super().add_callback(callback)
 
     # -- resume: TRL saves and restores the rollout position (`rollout_state.json`: the first untrained prompt, the
     # policy version) for its own vLLM worker only (an isinstance check); the local worker's is kept alike, so that a
@@ -284,30 +315,11 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
                 )  # fmt: skip
         worker.load_inflight({int(k): v for k, v in saved["groups"].items()})
 
-    def _correctness_key(self, names: list[str]) -> str:
-        """`rewards/<name>` of the reward that defines correctness: `aer_correctness_reward` by name or index among
-        the reward functions (the first where unset); a name no reward function has is refused (a worker scoring by
-        itself: name its reward)."""
-        spec = self.args.aer_correctness_reward
-        if isinstance(spec, str) and not names:
-            return f"rewards/{spec}"
-        if not names:
-            raise ValueError(
-                "aer_correctness_reward: no reward functions were given (the rollout worker scores by itself): name "
-                "the reward the worker records that defines correctness (metrics['rewards/<name>'])"
-            )
-        self.aer_core.bind_rewards(names)
-        return f"rewards/{names[self.aer_core.correctness_index]}"
-
-    @classmethod
-    def trl_trainer(cls) -> type:
-        return AsyncGRPOTrainer
-
     def get_train_dataloader(self):
         """TRL's, with `AERCollator` (g and the policy version per trained token) where AER is on."""
-        collator = AERCollator if self.aer_core.on else trl_async.DataCollatorForRollout
-        with _swapped(trl_async, "DataCollatorForRollout", collator):
+        if not self.aer_core.on:
             return super().get_train_dataloader()
+        return self._trl_train_dataloader()
 
     # ------------------------------------------------------------------------------------------------ loss
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

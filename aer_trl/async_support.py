@@ -5,12 +5,17 @@ it could be proposed to TRL as its CPU and test path:
   its root-to-segment path, causally) in plain torch, used by itself where the FA3 kernel cannot load
   (`register_tree_attention`); tests/test_async_grpo.py checks it against a dense causal attention on the same rows;
 - `peak_flops_per_device`: TRL's MFU estimate asks CUDA for the device's name even on a CPU (`torch.cuda.
-  get_device_name` raises there); off CUDA there is no peak to divide by, and MFU is simply not logged.
+  get_device_name` raises there); off CUDA there is no peak to divide by, and MFU is simply not logged;
+- `with_names`: how the AER trainer runs a method of TRL's with one of its module's global names bound to its own
+  (`get_peak_flops_per_device` above, the collator), TRL's module left as it is (docs/upstream.md: the hooks TRL
+  could add instead).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import types
 
 import torch
 
@@ -65,10 +70,13 @@ def tree_attention_sdpa(
     return out.unsqueeze(0), None
 
 
+AER_TREE_ATTENTION = "aer_tree_attention"  # the attention the AER trainer's model runs, by this package's name
+
+
+@functools.cache
 def flash_attention_3_available() -> bool:
-    """Whether TRL's tree attention can load its FA3 kernel: a CUDA device and the Hub kernel (cached or reachable)."""
-    if not torch.cuda.is_available():
-        return False
+    """Whether TRL's tree attention can load its FA3 kernel on a CUDA device (the Hub kernel cached or reachable).
+    Asked once, the first time a CUDA tensor reaches `tree_attention_by_device`."""
     try:
         from trl.experimental.async_grpo.packing import _flash_attn
 
@@ -79,17 +87,35 @@ def flash_attention_3_available() -> bool:
     return True
 
 
-def register_tree_attention() -> str:
-    """Registers TRL's tree attention under TRL's name: FA3 where it loads, else `tree_attention_sdpa`. Returns which
-    ("fa3" / "torch")."""
+def uses_fa3(device: torch.device) -> bool:
+    """Whether tree attention on `device` runs TRL's FA3 kernel: a CUDA device where the kernel loads; the torch
+    fallback everywhere else (a CPU, also on a machine with a GPU and the kernel cached)."""
+    return device.type == "cuda" and flash_attention_3_available()
+
+
+def tree_attention_by_device(module, query, key, value, attention_mask, **kwargs):
+    """TRL's tree attention where the tensors are on a CUDA device that loads FA3, `tree_attention_sdpa` elsewhere:
+    the choice follows the trainer's device, call by call, not the machine."""
+    if uses_fa3(query.device):
+        from trl.experimental.async_grpo.packing import tree_attention
+
+        return tree_attention(module, query, key, value, attention_mask, **kwargs)
+    return tree_attention_sdpa(module, query, key, value, attention_mask, **kwargs)
+
+
+def _no_mask(**kwargs):
+    return None
+
+
+def use_tree_attention_by_device(model) -> None:
+    """Points `model` (loaded by TRL with its FA3-only tree attention) at `tree_attention_by_device`, registered under
+    this package's own name: TRL's registration is left as TRL made it."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
-    from trl.experimental.async_grpo.packing import TREE_ATTENTION, tree_attention
 
-    fa3 = flash_attention_3_available()
-    AttentionInterface.register(TREE_ATTENTION, tree_attention if fa3 else tree_attention_sdpa)
-    AttentionMaskInterface.register(TREE_ATTENTION, lambda **kwargs: None)
-    return "fa3" if fa3 else "torch"
+    AttentionInterface.register(AER_TREE_ATTENTION, tree_attention_by_device)  # the same function each time
+    AttentionMaskInterface.register(AER_TREE_ATTENTION, _no_mask)  # as TRL's: the packed rows carry the tree
+    model.set_attn_implementation(AER_TREE_ATTENTION)
 
 
 def peak_flops_per_device(accelerator, dtype: str) -> float | None:
@@ -99,3 +125,19 @@ def peak_flops_per_device(accelerator, dtype: str) -> float | None:
     from trl.trainer.utils import get_peak_flops_per_device
 
     return get_peak_flops_per_device(accelerator, dtype)
+
+
+def with_names(function, **names):
+    """`function` (a method of TRL's) run with some of its module's global names bound to other values: TRL's code,
+    neither copied nor changed, and TRL's module left as it is (no attribute of it is replaced, for this trainer or
+    any other). Each name must be one the code reads (tests/test_trl_seams.py pins them): a TRL that stops reading it
+    fails here, at import, instead of training without the override."""
+    moved = sorted(set(names) - set(function.__code__.co_names))
+    if moved:
+        raise RuntimeError(f"TRL's {function.__qualname__} no longer reads {moved}: aer_trl's override of it is stale")
+    rebound = types.FunctionType(
+        function.__code__, {**function.__globals__, **names}, function.__name__, function.__defaults__,
+        function.__closure__,
+    )  # fmt: skip
+    rebound.__kwdefaults__, rebound.__qualname__ = function.__kwdefaults__, function.__qualname__
+    return rebound

@@ -1,6 +1,8 @@
-"""The callbacks an `AERGRPOTrainer` trains with (`trainer_callbacks` completes a user's list):
+"""The callbacks every AER trainer (`AERGRPOTrainer`, `AERRLOOTrainer`, `AERAsyncGRPOTrainer`) trains with
+(`trainer_callbacks` completes a user's list):
 
-- `AERCallback`: owns the AER controller (α, H0, H*) and updates α once per rollout batch (C2 + C3);
+- `AERCallback`: owns the AER controller (α, H0, H*) and updates α once per AER iteration (C2 + C3): a rollout batch
+  of the synchronous trainers, an optimizer step of the asynchronous one;
 - `MetricsFileCallback`: `<output_dir>/metrics.jsonl`, whatever `report_to` says (`aer_trl.metrics.read_metrics`);
 - `ScheduleResumeCallback`: a checkpoint without optimizer state resumes on its learning-rate schedule.
 """
@@ -225,7 +227,7 @@ class MetricsFileCallback(TrainerCallback):
 
 
 def trainer_callbacks(args, callbacks=None) -> list:
-    """A user's callbacks completed with what an `AERGRPOTrainer` of `args` needs, each added only where the user's
+    """A user's callbacks completed with what an AER trainer of `args` needs, each added only where the user's
     list has none of its kind: `ScheduleResumeCallback` always; with AER's measurements on (`aer_measurements`) an
     `AERCallback` for the config (`AERCallback.from_args`) and a `MetricsFileCallback`. Every `AERCallback` gets the
     run's settings (`run_settings`), saved with its state, so that a resume names the settings that changed."""

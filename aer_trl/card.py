@@ -1,6 +1,6 @@
-"""The model card of an AER trainer's run (`AERGRPOTrainer`, `AERRLOOTrainer`): TRL's card for the method actually
-trained (its title, its paper), the data and prompt format it was trained on, and, for AER, the controller's
-settings and final state."""
+"""The model card of an AER trainer's run (`AERGRPOTrainer`, `AERRLOOTrainer`, `AERAsyncGRPOTrainer`): TRL's card for
+the method actually trained (its title, its paper), the data and prompt format it was trained on, and, for AER, the
+controller's settings and final state."""
 
 from __future__ import annotations
 
@@ -29,6 +29,16 @@ AER_PAPER = {
 
 HUB = "https://huggingface.co"
 DATA_FILES = (".jsonl", ".json", ".parquet", ".csv", ".arrow")
+
+
+def clean_front_matter(card: str) -> str:
+    """TRL's card without the `licence: license` line its `generate_model_card` writes into the front matter (a
+    misspelt key with a placeholder value, which the Hub does not read as a license; docs/upstream.md)."""
+    head, sep, body = card.partition("\n---\n") if card.startswith("---\n") else ("", "", card)
+    if not sep:
+        return card
+    head = "\n".join(line for line in head.split("\n") if line.strip() != "licence: license")
+    return head + sep + body
 
 
 def hub_dataset_id(name: str | None) -> str | None:
@@ -92,7 +102,7 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
         return
     path = os.path.join(trainer.args.output_dir, "README.md")
     with open(path) as f:
-        card = f.read()
+        card = clean_front_matter(f.read())
     hub_base, local_base = _base_model(trainer)
     # TRL links a Hub base model; for a local folder (or none) its template writes [None](https://huggingface.co/None)
     if hub_base:

@@ -15,6 +15,7 @@ from .compat import has_activation_checkpointing
 from .config_checks import check_aer_fields, resolve_method
 from .config_docs import AER_GROUPS, BASELINE_GROUPS, documented
 from .core_algos import rollout_steps
+from .families import family
 from .methods import get_method, methods
 from .settings import shaping_settings
 
@@ -356,7 +357,7 @@ class AERGRPOConfig(AERArguments, GRPOConfig):
     """
 
     trainer_kind: ClassVar[str] = "grpo"
-    trainer_name: ClassVar[str] = "AERGRPOTrainer"
+    trainer_name: ClassVar[str] = family("grpo").trainer_name
 
     ent_adv_alpha: float = field(default=0.4, metadata={"help": "Ent-Adv: scale α of the entropy advantage term."})
     ent_adv_kappa: float = field(default=2.0, metadata={"help": "Ent-Adv: the term is capped at |A|/κ."})

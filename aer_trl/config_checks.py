@@ -1,13 +1,23 @@
-"""How an `AERGRPOConfig` is resolved and checked while it is built: `resolve_method` applies its method's registry
-entry (`aer_trl.methods`) before TRL's `__post_init__`, `check_aer_fields` checks the AER fields of the finished config
-after it; a wrong value is refused with its name and what was expected. (A group of fewer than 2 completions, which
-g(q) cannot use either, is refused by TRL's own check.)"""
+"""How an AER config (`AERGRPOConfig`, `AERRLOOConfig`, `AERAsyncGRPOConfig`) is resolved and checked while it is
+built, the one place that does: `resolve_method` applies its method's registry entry (`aer_trl.methods`) before TRL's
+`__post_init__`, `check_aer_fields` checks the AER fields of the finished config after it, against its trainer family
+(`aer_trl.families`: a setting the family cannot honour is refused, naming the trainers that do) and, for the
+asynchronous trainer, its rollout schedule and its local worker. A wrong value is refused with its name and what was
+expected. (A group of fewer than 2 completions, which g(q) cannot use either, is refused by TRL's own check.)"""
 
 from __future__ import annotations
 
 import math
 
+from .families import HONOURED_BY, honours, refusal
 from .methods import TOKEN_LEVEL_LOSSES, get_method, methods
+
+# TRL's asynchronous GRPO settings that only TRL's vLLM rollout worker acts on: the local worker (local_rollouts)
+# samples plain tokens at `temperature`, one group at a time, without tools, and refuses them away from their defaults
+LOCAL_WORKER_REFUSES = (
+    "top_p", "top_k", "min_p", "repetition_penalty", "max_tool_calling_iterations", "log_completions",
+    "queue_maxsize", "max_inflight_tasks",
+)  # fmt: skip
 
 
 def check_aer_fields(config) -> None:
@@ -52,12 +62,60 @@ def check_aer_fields(config) -> None:
     limit = config.vllm_logp_gap_limit
     if limit is not None and not (isinstance(limit, (int, float)) and not math.isnan(limit) and limit > 0):
         raise ValueError(f"vllm_logp_gap_limit must be a number of nats > 0 (.inf: no check) or unset, got {limit!r}")
+    kind = type(config).trainer_kind
+    defaults = {name: f.default for name, f in config.__dataclass_fields__.items()}
+    for name in HONOURED_BY:
+        if not honours(kind, name) and getattr(config, name) != defaults[name]:
+            raise ValueError(refusal(kind, name, getattr(config, name)))
+    if kind == "async_grpo":
+        check_async_fields(config, defaults)
+
+
+def check_async_fields(config, defaults: dict) -> None:
+    """The asynchronous trainer's own fields: `aer_max_lag` (AER's measurements on), `local_rollout_lag` (the lockstep
+    schedule's needs; the trainer refuses it for a worker that is not the local one), and what the local worker cannot
+    do."""
+    if config.aer_max_lag is not None:
+        if isinstance(config.aer_max_lag, bool) or int(config.aer_max_lag) < 0:
+            raise ValueError(f"aer_max_lag must be an integer >= 0 or None, got {config.aer_max_lag!r}")
+        if not config.aer_measurements:
+            raise ValueError(
+                f"aer_max_lag={config.aer_max_lag}: it keeps old samples out of AER's entropy and bonus, which "
+                f"method={config.method!r} trains without (aer_measurements is off): unset it"
+            )
+    if config.local_rollouts:
+        for name in LOCAL_WORKER_REFUSES:
+            if getattr(config, name) != defaults[name]:
+                raise ValueError(
+                    f"{name}={getattr(config, name)!r}: the local rollout worker (local_rollouts=True) samples plain "
+                    f"tokens at `temperature`, one group at a time, without tools, and cannot honour it; it is a "
+                    f"setting of TRL's vLLM rollout worker (local_rollouts=False)"
+                )
+        if config.token_budget is None:
+            raise ValueError(
+                "token_budget=None asks the vLLM server for its max_model_len, and local_rollouts=True has no server: "
+                "set token_budget (0: a fixed number of samples per micro-batch)"
+            )
+    lag = config.local_rollout_lag
+    if lag is None:
+        return
+    if isinstance(lag, bool) or not isinstance(lag, int) or not 1 <= lag <= config.max_staleness:
+        raise ValueError(
+            f"local_rollout_lag must be an integer from 1 (the data loader reads one micro-batch ahead) to "
+            f"max_staleness ({config.max_staleness}; older samples are dropped), got {lag!r}"
+        )
+    for name, needed in (("token_budget", 0), ("weight_sync_steps", 1)):
+        if getattr(config, name) != needed:
+            raise ValueError(
+                f"local_rollout_lag needs {name}={needed} (the schedule counts one policy version per optimizer "
+                f"step of a fixed number of samples), got {name}={getattr(config, name)!r}"
+            )
 
 
 def resolve_method(config) -> dict:
-    """Resolve `config` (an `AERGRPOConfig`, while it is built) through its method's entry: the method's settings fill
-    fields the user left at their defaults, an explicit value that contradicts them is refused, never overridden.
-    Returns what the method set (field -> value)."""
+    """Resolve `config` (an AER config of any trainer family, while it is built) through its method's entry: the
+    method's settings fill fields the user left at their defaults, an explicit value that contradicts them is refused,
+    never overridden. Returns what the method set (field -> value)."""
     method = get_method(config.method)
     kind = type(config).trainer_kind
     if kind not in method.trainers:
@@ -144,6 +202,14 @@ def resolve_method(config) -> dict:
         )
     if kind != "grpo":
         return chosen  # the per-token baselines' fields below are AERGRPOConfig's
+    for other in methods().values():
+        for name in other.reads:
+            if name not in method.reads and getattr(config, name) != defaults[name]:
+                readers = [n for n, m in methods().items() if name in m.reads]
+                raise ValueError(
+                    f"{name}={getattr(config, name)!r} is a setting of method {readers}, and method={config.method!r} "
+                    f"does not read it: unset it, or set method to {readers[0]!r}"
+                )
     for name in ("ent_adv_kappa", "clip_cov_ub"):
         if not getattr(config, name) > 0:
             raise ValueError(f"{name} must be > 0, got {getattr(config, name)}")

@@ -34,6 +34,7 @@ class AERCore:
         self.args = args
         self.callback = callback
         self.correctness_index: int | None = None  # `bind_rewards`
+        self.correctness_name: str | None = None
         self.entropy_stats: torch.Tensor | None = None  # local `entropy_sums` of the rollout batch so far
         self.carried = CarriedMetrics()  # what logging steps without a new rollout batch carry
 
@@ -53,16 +54,29 @@ class AERCore:
         return self.callback
 
     def bind_rewards(self, reward_func_names: list[str]) -> None:
-        """The trainer's reward functions, which `aer_correctness_reward` names one of (a wrong name is refused)."""
+        """The trainer's rewards by TRL's names, which `aer_correctness_reward` names one of (a wrong name is
+        refused). None at all is refused where AER is on: g(q) needs a correctness reward."""
+        if not reward_func_names:
+            if not self.on:
+                return
+            raise ValueError(
+                "aer_correctness_reward: no reward functions were given (the rollout worker scores by itself): name "
+                "the reward the worker records that defines correctness (metrics['rewards/<name>'])"
+            )
         self.correctness_index = resolve_correctness_index(self.args.aer_correctness_reward, reward_func_names)
+        self.correctness_name = reward_func_names[self.correctness_index]
 
     # ------------------------------------------------------------------------------------------------ 1. rollout
-    def correctness(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """1/0 per completion from the correctness reward (≥ aer_correctness_threshold), NaN where it is unscored."""
-        rewards = rewards_per_func[:, self.correctness_index]
+    def correct(self, rewards: torch.Tensor) -> torch.Tensor:
+        """1/0 per completion from its correctness reward (≥ aer_correctness_threshold), NaN where it is unscored: the
+        correctness rule of every AER trainer."""
         correct = (rewards >= self.args.aer_correctness_threshold).float()
         correct[torch.isnan(rewards)] = float("nan")  # unscorable completions are left out of g(q)
         return correct
+
+    def correctness(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """`correct` of the correctness reward's column of a rollout batch's rewards (N, n_funcs)."""
+        return self.correct(rewards_per_func[:, self.correctness_index])
 
     def coefficients(
         self, rewards_per_func: torch.Tensor, num_generations: int, metrics: dict, train: bool

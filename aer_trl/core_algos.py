@@ -10,7 +10,8 @@ AER:
 The baselines, on `(B, T)` per-token tensors with a `(B, T)` 0/1 `mask` of the tokens trained on (padding excluded);
 each returns what the trainer plugs into TRL's own loss without copying it:
 - Ent-Adv (Cheng et al. 2025): per-token advantages A + min(α·H.detach(), |A|/κ).
-- Clip-Cov (Cui et al. 2025): a mask of tokens whose gradient is cut (their log-probabilities are detached).
+- Clip-Cov (Cui et al. 2025): a mask of tokens whose policy-gradient term is cut (the method zeroes their advantage,
+  as verl masks their policy-gradient loss; TRL's KL term keeps its gradient).
 - KL-Cov (Cui et al. 2025): per-token advantages whose gradient equals that of −A·ratio + κ·|logπ − logπ_old| on
   the top-k tokens by covariance (exact in the gradient; TRL's clipping is switched off by the method's settings).
 """

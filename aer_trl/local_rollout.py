@@ -64,12 +64,18 @@ class LocalRolloutWorker:
         seed: int = 0,
         queue_maxsize: int = 64,
         reward_func_names: list[str] | None = None,
+        chat_template_kwargs: dict | None = None,
     ):
         self.model = model.eval()
         self.tokenizer = processing_class
         self.dataset = dataset
         self.reward_funcs = list(reward_funcs)
-        self.reward_func_names = reward_func_names or [getattr(f, "__name__", str(f)) for f in self.reward_funcs]
+        if reward_func_names is None:  # TRL's names (a partial by the function it wraps, an instance by its class)
+            from trl.trainer.utils import get_callable_name
+
+            reward_func_names = [get_callable_name(f) for f in self.reward_funcs]
+        self.reward_func_names = list(reward_func_names)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.num_generations = num_generations
         self.max_completion_length = max_completion_length
         self.temperature = temperature
@@ -183,7 +189,9 @@ class LocalRolloutWorker:
 
     def _prompt_ids(self, prompt) -> list[int]:
         if isinstance(prompt, list):  # conversational: the template's text, its special tokens included (as TRL)
-            prompt = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+            prompt = self.tokenizer.apply_chat_template(
+                prompt, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
+            )
         return list(self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
     @torch.no_grad()
@@ -352,6 +360,7 @@ def local_rollouts(model, reward_funcs, args, train_dataset=None, processing_cla
     worker = LocalRolloutWorker(
         copy, tokenizer, train_dataset, funcs, num_generations=args.num_generations,
         max_completion_length=args.max_completion_length, temperature=args.temperature, seed=args.seed,
+        chat_template_kwargs=args.chat_template_kwargs,
     )  # fmt: skip
     return {"rollout_worker": worker, "weight_transfer": LocalWeightTransfer(worker)}
 

@@ -21,13 +21,13 @@ from typing import Any
 import torch
 
 from .core_algos import clip_cov_mask, ent_adv_advantages, expand_advantages, kl_cov_advantages
+from .families import FAMILIES, family
 from .plugins import Registry
 
 __all__ = ["Method", "TokenBatch", "METHODS", "register_method", "get_method", "methods", "method_title"]
 
 TOKEN_LEVEL_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo")
-BOTH = ("grpo", "rloo", "async_grpo")  # the trainer families of the AER methods (`Method.trainers`)
-TRAINER_TITLES = {"grpo": "GRPO", "rloo": "RLOO", "async_grpo": "async GRPO"}
+BOTH = tuple(FAMILIES)  # the trainer families of the AER methods (`Method.trainers`): every one
 
 
 @dataclass
@@ -63,6 +63,8 @@ class Method:
     - `trl_entropy`: whether TRL's own entropy options (`entropy_coef`, `use_adaptive_entropy`) may be combined.
     - `trainer`: a class the trainer must be an instance of (an extension's method whose trainer adds what it
       needs, e.g. a mixin); the AER trainer refuses the method otherwise. None: any AER trainer of `trainers`.
+    - `reads`: the config fields of its own the method reads (a baseline's settings); a config that sets one of
+      them away from its default for a method that does not read it is refused, naming the methods that do.
     - `trainers`: the TRL trainer families whose loss the method trains on ("grpo": `AERGRPOConfig`, "rloo":
       `AERRLOOConfig`, "async_grpo": `AERAsyncGRPOConfig`); a config of another family refuses the method by name.
       Default: GRPO only (a token hook needs GRPO's per-token loss).
@@ -81,6 +83,7 @@ class Method:
     trl_entropy: bool = True
     trainer: type | None = None
     trainers: tuple[str, ...] = ("grpo",)
+    reads: tuple[str, ...] = ()
     recipe: Mapping[str, Any] = field(default_factory=dict)
     lab_recipe: Mapping[str, Any] | None = None  # None: the same keys as `recipe`
     recipe_note: str | None = None
@@ -96,7 +99,7 @@ class Method:
 
     def title_for(self, trainer_kind: str) -> str:
         """The title under a trainer family: "AER-GRPO" is "AER-RLOO" on RLOO's loss."""
-        return self.title if trainer_kind == "grpo" else self.title.replace("GRPO", TRAINER_TITLES[trainer_kind])
+        return self.title if trainer_kind == "grpo" else self.title.replace("GRPO", family(trainer_kind).title)
 
 
 METHODS: Registry[Method] = Registry(
@@ -245,6 +248,7 @@ for _method in (
         "GRPO with Ent-Adv",
         token_hook=_ent_adv_hook,
         trl_entropy=False,
+        reads=("ent_adv_alpha", "ent_adv_kappa"),
         recipe={"ent_adv_alpha": 0.4, "ent_adv_kappa": 2.0},
     ),
     Method(
@@ -254,6 +258,7 @@ for _method in (
         configure=_clip_cov,
         token_hook=_clip_cov_hook,
         trl_entropy=False,
+        reads=("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"),
         recipe={"clip_cov_ratio": 2.0e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0, "epsilon": 1.0, "epsilon_high": 1.0},
     ),
     Method(
@@ -263,6 +268,7 @@ for _method in (
         configure=_kl_cov,
         token_hook=_kl_cov_hook,
         trl_entropy=False,
+        reads=("kl_cov_ratio", "kl_cov_coef"),
         recipe={"kl_cov_ratio": 2.0e-3, "kl_cov_coef": 1.0},
         recipe_note="KL-Cov's penalty acts on tokens whose policy moved since sampling "
         "(steps_per_generation > gradient_accumulation_steps or num_iterations > 1); with one optimizer step per "

@@ -1,6 +1,6 @@
-"""Resuming AER, a mixin over TRL's rollout trainers (GRPO, RLOO): the controller's state comes back from the
-checkpoint whatever transformers' `restore_callback_states_from_checkpoint` says, this run's settings stay in force,
-and every setting that differs from the checkpoint's is named (docs/design.md §2, "Resume")."""
+"""Resuming AER, a mixin over the TRL trainers AER extends (GRPO, RLOO, asynchronous GRPO): the controller's state
+comes back from the checkpoint whatever transformers' `restore_callback_states_from_checkpoint` says, this run's
+settings stay in force, and every setting that differs from the checkpoint's is named (docs/design.md §2, "Resume")."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from typing import ClassVar
 from trl import RLOOConfig
 
 from .config import AERArguments
+from .families import family
 
 
 @dataclass
@@ -20,5 +21,5 @@ class AERRLOOConfig(AERArguments, RLOOConfig):
     """
 
     trainer_kind: ClassVar[str] = "rloo"
-    trainer_name: ClassVar[str] = "AERRLOOTrainer"
+    trainer_name: ClassVar[str] = family("rloo").trainer_name
     default_run_suffix: ClassVar[str] = "AER-RLOO"

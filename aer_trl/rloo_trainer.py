@@ -13,6 +13,7 @@ from __future__ import annotations
 from trl import RLOOTrainer
 
 from .adapter import AERTrainerMixin
+from .families import family
 from .rloo_config import AERRLOOConfig
 
 
@@ -21,5 +22,5 @@ class AERRLOOTrainer(AERTrainerMixin, RLOOTrainer):
     (a plain `trl.RLOOConfig` is converted, the AER fields at their defaults)."""
 
     config_class = AERRLOOConfig
-    _tag_names = ["trl", "rloo", "aer", "aer_trl"]
+    _tag_names = ["trl", family("rloo").tag, "aer", "aer_trl"]
     _name = "AER-RLOO"

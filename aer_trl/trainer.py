@@ -14,6 +14,7 @@ from trl import GRPOTrainer
 
 from .adapter import AERTrainerMixin
 from .config import AERGRPOConfig
+from .families import family
 from .methods import TokenBatch
 
 
@@ -22,7 +23,7 @@ class AERGRPOTrainer(AERTrainerMixin, GRPOTrainer):
     (a plain `trl.GRPOConfig` is converted, the AER fields at their defaults)."""
 
     config_class = AERGRPOConfig
-    _tag_names = ["trl", "grpo", "aer", "aer_trl"]
+    _tag_names = ["trl", family("grpo").tag, "aer", "aer_trl"]
     _name = "AER-GRPO"
 
     def __init__(self, model, reward_funcs=None, args: AERGRPOConfig | None = None, *pos_args, **kwargs):

@@ -18,9 +18,11 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from trl.experimental.async_grpo import AsyncGRPOTrainer  # noqa: E402
 from trl.experimental.async_grpo.packing import TreeRow  # noqa: E402
 
+import aer_trl.async_support as async_support  # noqa: E402
 from aer_trl import AERAsyncGRPOConfig, AERAsyncGRPOTrainer  # noqa: E402
 from aer_trl.async_grpo_trainer import AERCollator, GroupedRollouts  # noqa: E402
-from aer_trl.async_support import register_tree_attention  # noqa: E402
+from aer_trl.chat_template import read_chat_template  # noqa: E402
+from aer_trl.core import AERCore  # noqa: E402
 from aer_trl.local_rollout import LocalRolloutWorker, LocalWeightTransfer  # noqa: E402
 from tests import helpers  # noqa: E402
 
@@ -71,8 +73,14 @@ def sample_dict(sample):
 def test_the_torch_tree_attention_is_a_causal_attention_along_each_samples_path(model_dir, tokenizer):
     """Three samples sharing a prompt (and two a longer prefix) packed into one trie row: through the torch fallback,
     every trained token's log-probability is the one a plain causal forward of its sample alone gives."""
-    assert register_tree_attention() == "torch"  # no CUDA here: the fallback is registered under TRL's name
-    tree = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="tree_fa3").eval()
+    from trl.experimental.async_grpo.packing import TREE_ATTENTION, register_tree_attention
+
+    register_tree_attention()  # TRL's (FA3 only), as TRL's trainer registers it
+    tree = AutoModelForCausalLM.from_pretrained(
+        model_dir, attn_implementation=TREE_ATTENTION
+    ).eval()  # as TRL loads it
+    async_support.use_tree_attention_by_device(tree)  # what the AER trainer does with it
+    assert tree.config._attn_implementation == async_support.AER_TREE_ATTENTION
     dense = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="sdpa").eval()
     prompt = tokenizer("12+3=", add_special_tokens=False)["input_ids"]
     completions = [tokenizer(c, add_special_tokens=False)["input_ids"] for c in ("15", "1x5", "1x7y", "9")]
@@ -100,6 +108,30 @@ def test_the_torch_tree_attention_is_a_causal_attention_along_each_samples_path(
     torch.testing.assert_close(got, torch.stack(want), rtol=1e-5, atol=1e-5)
 
 
+def test_the_tree_attention_follows_the_tensors_device_not_the_machine(monkeypatch):
+    """With an FA3 kernel that loads (a stand-in here), CUDA tensors run TRL's kernel and CPU tensors the torch
+    fallback: a use_cpu run on a GPU machine never hands CPU tensors to FA3. TRL's own registration is left as is."""
+    from transformers import AttentionInterface
+    from trl.experimental.async_grpo import packing
+
+    trl_registered = AttentionInterface._global_mapping.get(packing.TREE_ATTENTION)
+    calls = []
+    monkeypatch.setattr(async_support, "flash_attention_3_available", lambda: True)  # the stand-in kernel loads
+    monkeypatch.setattr(packing, "tree_attention", lambda *a, **k: calls.append("fa3"))
+    assert async_support.uses_fa3(torch.device("cuda", 0)) and not async_support.uses_fa3(torch.device("cpu"))
+    q = torch.randn(1, 2, 3, 4)
+    cu = torch.tensor([0, 3])
+    out, _ = async_support.tree_attention_by_device(
+        None, q, q, q, None, tree_kv_index=torch.arange(3), tree_cu_seqlens_q=cu, tree_cu_seqlens_k=cu
+    )
+    assert calls == [] and out.shape == (1, 3, 2, 4)  # CPU tensors: the torch path, though "FA3" loads
+    model = torch.nn.Module()
+    model.set_attn_implementation = lambda name: calls.append(name)
+    async_support.use_tree_attention_by_device(model)
+    assert calls == [async_support.AER_TREE_ATTENTION]
+    assert AttentionInterface._global_mapping.get(packing.TREE_ATTENTION) is trl_registered
+
+
 def test_grouped_rollouts_stamp_each_sample_with_its_whole_groups_accuracy():
     """λ needs g(q) of the whole group however the planner later splits it: the queue is read a group at a time,
     each sample stamped with g and its policy version; a group cut short by a timeout goes on as it came."""
@@ -111,7 +143,8 @@ def test_grouped_rollouts_stamp_each_sample_with_its_whole_groups_accuracy():
     source = queue.Queue()
     for s in [sample(7, 1.0), sample(7, 0.0), sample(7, 0.0), sample(7, float("nan")), sample(8, 1.0)]:
         source.put(s)
-    grouped = GroupedRollouts(source, group_size=4, correctness_key="rewards/ok", threshold=0.5)
+    correct = AERCore(SimpleNamespace(aer_correctness_threshold=0.5, aer_measurements=True), None).correct
+    grouped = GroupedRollouts(source, group_size=4, correctness_key="rewards/ok", correct=correct)
     first = [grouped.get(timeout=0.01) for _ in range(4)]
     assert [s.metrics["aer/group_accuracy"] for s in first] == [1 / 3] * 4  # the unscored one left out of g
     assert all(s.metrics["sample/model_version"] == 3.0 for s in first)
@@ -119,12 +152,12 @@ def test_grouped_rollouts_stamp_each_sample_with_its_whole_groups_accuracy():
     assert partial.metrics["aer/group_accuracy"] == 1.0 and grouped.partial_groups == 1
     with pytest.raises(queue.Empty):
         grouped.get(timeout=0.01)
-    source.put(sample(9, 0.5))
-    with pytest.raises(ValueError, match=r"'rewards/ok' is 0.5, not 0 or 1: AER's group accuracy needs a binary"):
-        GroupedRollouts(source, 1, "rewards/ok", 0.5).get(timeout=0.01)
+    for value, g in ((0.5, 1.0), (0.49, 0.0)):  # the rule of every AER trainer: reward >= aer_correctness_threshold
+        source.put(sample(9, value))
+        assert GroupedRollouts(source, 1, "rewards/ok", correct).get(timeout=0.01).metrics["aer/group_accuracy"] == g
     source.put(SimpleNamespace(group_id=1, model_version=0, metrics={"rewards/other": 1.0}))
     with pytest.raises(KeyError, match=r"carry no 'rewards/ok' \(they record \['rewards/other'\]\)"):
-        GroupedRollouts(source, 1, "rewards/ok", 0.5).get(timeout=0.01)
+        GroupedRollouts(source, 1, "rewards/ok", correct).get(timeout=0.01)
 
 
 # ----------------------------------------------------------------------------------------- the loss
@@ -139,7 +172,7 @@ def test_the_loss_is_trls_minus_mean_lambda_entropy_on_packed_rows(tmp_path, tok
     source = queue.Queue()
     for s in samples:
         source.put(s)
-    grouped = GroupedRollouts(source, 4, "rewards/even_length_reward", 0.5)
+    grouped = GroupedRollouts(source, 4, "rewards/even_length_reward", trainer.aer_core.correct)
     row = TreeRow()
     for _ in range(8):
         row.add(sample_dict(grouped.get(timeout=0.01)))
@@ -181,7 +214,7 @@ def test_aer_trains_async_on_cpu_alpha_per_step_and_telemetry_by_lag(tmp_path, t
         tmp_path, tokenizer, model_dir, rewards, aer_correctness_reward="always_wrong", aer_tau=2.0, aer_eta=0.05,
         max_steps=5,
     )  # fmt: skip
-    assert trainer.aer_attention == "torch"
+    assert trainer.model.config._attn_implementation == async_support.AER_TREE_ATTENTION
     train(trainer, worker)
     alphas = [h["alpha"] for h in trainer.aer_callback.controller.history]
     assert alphas == pytest.approx([0.05, 0.1, 0.15, 0.2, 0.25])  # H0 from step 1, α moves once per step
@@ -227,7 +260,8 @@ def test_the_cpu_async_recipe_trains_by_name(tmp_path, monkeypatch):
         ]
     )
     trainer.rollout_worker.stop()
-    assert isinstance(trainer, AERAsyncGRPOTrainer) and trainer.aer_attention == "torch"
+    assert isinstance(trainer, AERAsyncGRPOTrainer)
+    assert trainer.model.config._attn_implementation == async_support.AER_TREE_ATTENTION
     logs = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "loss" in r]
     assert len(logs) == 2 and all("aer/alpha" in r and "aer/entropy" in r for r in logs)
     assert any(k.startswith("aer/lag/") for r in logs for k in r)
@@ -373,3 +407,55 @@ def test_the_schedule_keeps_each_group_within_one_step(tokenizer, model_dir):
         worker.schedule(2, samples_per_step=6)
     worker.schedule(2, samples_per_step=8)  # 2 groups a step: steps 1, 1, 2, 2, 3, 3, ...
     assert [worker.version_for(k) for k in range(8)] == [1, 1, 1, 1, 1, 1, 2, 2]
+
+
+# ----------------------------------------------------------------------------------------- one construction path
+class Scorer:
+    """A reward given as a callable instance (TRL names it by its class)."""
+
+    def __call__(self, completions, **kwargs):
+        return [0.0] * len(completions)
+
+
+def test_the_async_trainer_is_built_as_the_other_two(tmp_path, model_dir, monkeypatch):
+    """Through the shared constructor: `chat_template_path` reaches the tokenizer the local worker formats prompts
+    with (the trainer's own), rewards given as a `functools.partial` and a callable instance are named as TRL names
+    them (the worker's records, `aer_correctness_reward`, the queue's key), and TRL's two step callbacks are added
+    without transformers' duplicate-callback warning."""
+    import functools
+
+    from transformers import trainer_callback
+
+    warnings = []
+    monkeypatch.setattr(trainer_callback.logger, "warning", lambda msg, *a, **k: warnings.append(str(msg)))
+    args = config(
+        tmp_path, local_rollouts=True, chat_template_path="plain", aer_correctness_reward="even_length_reward"
+    )
+    trainer = AERAsyncGRPOTrainer(
+        model=model_dir, reward_funcs=[Scorer(), functools.partial(helpers.even_length_reward)], args=args,
+        train_dataset=helpers.make_dataset(),
+    )  # fmt: skip
+    worker = trainer.rollout_worker
+    assert worker.tokenizer is trainer.processing_class  # one tokenizer: the template set on it reaches the worker
+    assert trainer.processing_class.chat_template == read_chat_template("plain")
+    assert worker.reward_func_names == ["Scorer", "even_length_reward"]
+    assert trainer.aer_core.correctness_index == 1 and trainer.rollout_queue.key == "rewards/even_length_reward"
+    samples = worker.make_samples(helpers.make_dataset()[0], 0)
+    assert {"rewards/Scorer", "rewards/even_length_reward"} <= set(samples[0].metrics)
+    assert not [w for w in warnings if "there is already one" in w]
+
+
+def test_what_the_local_worker_cannot_do_is_refused_at_construction(tmp_path, tokenizer, model_dir):
+    worker = LocalRolloutWorker(
+        AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, helpers.make_dataset(), [helpers.always_wrong],
+        num_generations=4, max_completion_length=8,
+    )  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"local_rollouts=True builds the rollout worker .* `rollout_worker` was given"
+    ):
+        AERAsyncGRPOTrainer(
+            model=model_dir, reward_funcs=[helpers.always_wrong], args=config(tmp_path, local_rollouts=True),
+            train_dataset=helpers.make_dataset(), processing_class=tokenizer, rollout_worker=worker,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match=r"vllm_logp_gap_limit=0.5: AERAsyncGRPOTrainer cannot honour it .*"):
+        config(tmp_path, vllm_logp_gap_limit=0.5)

@@ -132,17 +132,6 @@ def test_controller_state_round_trip():
     assert other.state_dict() == ctrl.state_dict() and other.target == ctrl.target
 
 
-def test_the_pre_release_spelling_is_gone():
-    """`target_entropy` was renamed `fixed_target` before 0.1.0: the old keyword is refused by name."""
-    from aer_trl import AERCallback
-
-    with pytest.raises(TypeError, match="target_entropy"):
-        AERController(tau=0.5, target_entropy=2.0)
-    with pytest.raises(TypeError, match="target_entropy"):
-        AERCallback(target_entropy=1.5)
-    assert not hasattr(AERCallback(), "target_entropy")
-
-
 def test_difficulty_buckets():
     from aer_trl.core_algos import difficulty_buckets
 

@@ -8,6 +8,7 @@ from trl import TrlParser
 from aer_trl import AERRLOOConfig
 from aer_trl.app.resources import recipe_path, recipes_dir
 from aer_trl.app.training import parse_recipe
+from aer_trl.families import family
 from aer_trl.methods import get_method
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,6 +120,27 @@ def test_the_async_recipes_sample_from_a_worker_with_the_papers_settings():
     assert not gpu.local_rollouts and gpu.vllm_server_base_url == "http://localhost:8000"
     assert (gpu.aer_rho, gpu.aer_tau, gpu.aer_eta, gpu.learning_rate) == (0.2, 0.4, 0.005, 1e-6)
     assert model.model_name_or_path == "Qwen/Qwen3-4B-Base" and model.dtype == gpu.dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if r.stem in ("aer_rloo", "aer_async")], ids=lambda p: p.stem)
+def test_a_generated_recipes_header_fits_its_trainer(recipe):
+    """recipes/make_recipes.py writes each trainer's recipe with its family's header (aer_trl.families): read back,
+    the launch line, α's cadence and the rollout engine are the ones that trainer has."""
+    _, args, _ = parse(recipe)
+    kind = type(args).trainer_kind
+    lines = recipe.read_text().splitlines()
+    header = "\n".join(lines[: next(i for i, line in enumerate(lines) if not line.startswith("#"))])
+    f = family(kind)
+    if kind == "async_grpo":
+        assert f"#   {f.launch} --config recipes/" in header and f"# AER moves alpha {f.alpha_cadence}." in header
+        assert f"# Processes: {f.processes}." in header
+        for wrong in ("zero3", "once per rollout batch", "colocate"):
+            assert wrong not in header, wrong
+        assert ("copy of the policy in this process" in header) == args.local_rollouts
+        assert ("trl vllm-serve" in header) == (not args.local_rollouts)
+    else:  # RLOO launches, moves α and samples as GRPO: the GRPO recipe's header, its own path in the commands
+        base = recipe.with_name("aer.yaml").read_text().replace("/aer.yaml", f"/{recipe.name}")
+        assert header.split("\n", 1)[1] == "\n".join(line for line in base.splitlines()[: header.count("\n")])
 
 
 def test_unknown_recipe_key_is_refused(tmp_path):

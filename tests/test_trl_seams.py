@@ -250,3 +250,58 @@ def test_trl_builds_its_colocated_engine_by_the_module_name_llm_without_a_dtype(
     assert "dtype" not in call, call
     assert "enforce_eager" not in call, call  # ours adds it on the CPU (colocated_engine_settings)
     assert "self.vllm_generation = VLLMGeneration(" in inspect.getsource(GRPOTrainer.__init__)
+
+
+# ---------------------------------------------------------------------------------------------- asynchronous GRPO
+# The private methods `AERAsyncGRPOTrainer` (with `ResumeMixin`) overrides, and why no hook of TRL serves.
+ASYNC_OVERRIDES = {
+    "_save_checkpoint": "the local rollout worker's position, version count and in-flight groups go into the "
+    "checkpoint (`rollout_state.json`, TRL's layout, which TRL writes only for its own vLLM worker: an isinstance "
+    "check, and `rollout_inflight.json` for the lockstep schedule)",
+    "_inner_training_loop": "a resumed run hands the checkpoint's rollout position and version count to the local "
+    "worker before TRL's loop starts it (TRL restores them for its own worker only)",
+    "_load_callback_state": OVERRIDES["_load_callback_state"],
+    "_run_epoch": OVERRIDES["_run_epoch"],
+}
+# TRL's methods the asynchronous adapter runs with one of their module's global names bound to its own
+# (`aer_trl.async_support.with_names`: TRL's code, neither copied nor changed; TRL's module is left as it is), and why
+ASYNC_REBOUND = {
+    ("__init__", "get_peak_flops_per_device"): "TRL's asks torch.cuda for the device's name, which raises off CUDA "
+    "(a CPU run); no hook: it is a module function called inside the constructor",
+    ("get_train_dataloader", "DataCollatorForRollout"): "AER's collator adds each trained token's group accuracy and "
+    "policy version, which only the collator can lay out (it alone sees a packed row's samples); no hook: TRL builds "
+    "the collator inside get_train_dataloader",
+}
+
+
+def test_the_async_adapters_private_overrides_are_the_ones_we_know():
+    from aer_trl import AERAsyncGRPOTrainer
+
+    assert overrides(AERAsyncGRPOTrainer) == sorted(ASYNC_OVERRIDES)
+
+
+def test_the_names_the_async_adapter_rebinds_are_read_by_trls_code_and_trls_module_is_left_alone(tmp_path):
+    """Each rebound name is one TRL's method reads (a TRL that stops reading it fails here and at import); TRL's module
+    keeps its own attributes after an AER trainer is built, and a plain TRL trainer built after it gets TRL's."""
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
+    from trl.experimental.async_grpo import async_grpo_trainer as trl_async
+    from trl.trainer.utils import get_peak_flops_per_device
+
+    for (method, name), reason in ASYNC_REBOUND.items():
+        assert name in getattr(AsyncGRPOTrainer, method).__code__.co_names, (method, name, reason)
+    trl_collator = trl_async.DataCollatorForRollout
+    from aer_trl import AERAsyncGRPOConfig, AERAsyncGRPOTrainer
+
+    tokenizer = helpers.make_tokenizer()
+    model = helpers.save_model(tokenizer, tmp_path / "model")
+    args = AERAsyncGRPOConfig(
+        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, per_device_train_batch_size=4, num_generations=4,
+        max_completion_length=4, max_steps=1, token_budget=0, report_to="none", local_rollouts=True,
+    )  # fmt: skip
+    trainer = AERAsyncGRPOTrainer(
+        model=model, reward_funcs=[helpers.always_wrong], args=args, train_dataset=helpers.make_dataset()
+    )
+    loader = trainer.get_train_dataloader()
+    assert type(loader.collate_fn).__name__ == "AERCollator"  # the rebound name reached the trainer's loader
+    assert trl_async.get_peak_flops_per_device is get_peak_flops_per_device
+    assert trl_async.DataCollatorForRollout is trl_collator and trl_collator.__module__ == trl_async.__name__

@@ -12,12 +12,10 @@ from pathlib import Path
 
 import yaml
 
-# kind -> (config class, trainer class), as "module:Name" under aer_trl (imported when used)
-TRAINERS = {
-    "grpo": ("config:AERGRPOConfig", "trainer:AERGRPOTrainer"),
-    "rloo": ("rloo_config:AERRLOOConfig", "rloo_trainer:AERRLOOTrainer"),
-    "async_grpo": ("async_grpo_config:AERAsyncGRPOConfig", "async_grpo_trainer:AERAsyncGRPOTrainer"),
-}
+from ..families import FAMILIES, HONOURED_BY, honours
+
+# kind -> (config class, trainer class), as "module:Name" under aer_trl (imported when used): aer_trl.families
+TRAINERS = {kind: (f.config, f.trainer) for kind, f in FAMILIES.items()}
 
 
 def _load(spec: str) -> type:
@@ -92,3 +90,44 @@ def check_recipe_for(argv: list[str], config_class: type, also_known=()) -> None
                 f"(trainer: {config_class.trainer_kind}), which this recipe trains with: remove it, or set trainer: "
                 f"{kind}"
             )
+
+
+def settings_table() -> str:
+    """docs/usage.md's table of AER's settings by trainer, from the one source the configs check against: every field
+    of `AERArguments` and of each AER config's own, and what each trainer does with a value set away from its default
+    ("acts", or refused at construction and why: `aer_trl.families.HONOURED_BY`, a baseline's `Method.reads`, the
+    local worker's limits). tests/test_trainer_fields.py sets each one on each trainer and checks the table."""
+    from ..methods import methods
+
+    configs = {kind: config_class_for(kind) for kind in FAMILIES}
+    names = list(dict.fromkeys(f.name for cls in configs.values() for f in fields(cls) if is_aer_field(cls, f.name)))
+    header = "| setting | " + " | ".join(f"`{f.trainer_name}`" for f in FAMILIES.values()) + " |"
+    rows = [header, "|---|" + "---|" * len(FAMILIES)]
+    for name in names:
+        cells = [setting_status(kind, name, configs[kind], methods()) for kind in FAMILIES]
+        rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def is_aer_field(cls: type, name: str) -> bool:
+    """A field AER declares (AERArguments' or the AER config's own), not one inherited from TRL's config alone."""
+    from ..config import AERArguments
+
+    trl_fields = {f.name for f in fields(cls.trl_config())}
+    return name in {f.name for f in fields(AERArguments)} or name not in trl_fields
+
+
+def setting_status(kind: str, name: str, config_class: type, registered_methods) -> str:
+    """What a trainer of `kind` does with the AER setting `name` set away from its default: "acts", "with method
+    ..." (a baseline's setting), "refused" with the trainers that honour it, or "—" where its config has no such
+    field."""
+    if name not in {f.name for f in fields(config_class)}:
+        return "—"
+    if not honours(kind, name):
+        return "refused (" + " / ".join(f"`{k}`" for k in HONOURED_BY[name][0]) + " only)"
+    readers = [n for n, m in registered_methods.items() if name in m.reads]
+    if readers:
+        return "with method " + " / ".join(f"`{n}`" for n in readers) + ", else refused"
+    if name == "aer_max_lag":
+        return "acts (AER methods; refused without AER's measurements)"
+    return "acts"
