@@ -112,11 +112,19 @@ class GroupedRollouts:
 
 class AERCollator(trl_async.DataCollatorForRollout):
     """TRL's collator, plus each trained token's group accuracy and sampling policy version (`aer_group_accuracy`,
-    `aer_sample_version`, laid out as `token_index`), for the loss."""
+    `aer_sample_version`, laid out as `token_index`), for the loss; and the telemetry the synchronous trainers log,
+    under their keys: `completions/mean_length` and `rewards/<name>/mean` (TRL's asynchronous GRPO logs the latter as
+    `rewards/<name>`, kept too)."""
 
     def torch_call(self, examples):
+        before = {key: len(values) for key, values in self.metrics.items() if key.startswith("rewards/")}
         batch = super().torch_call(examples)
         (rows,) = examples
+        lengths = [float(s["completion_mask"].sum()) for row in rows for s in row.samples]
+        self.metrics["completions/mean_length"].append(sum(lengths) / max(1, len(lengths)))
+        for key, values in list(self.metrics.items()):
+            if key.startswith("rewards/") and not key.endswith("/mean") and len(values) > before.get(key, 0):
+                self.metrics[f"{key}/mean"].append(values[-1])
         width = batch["segment_id"].shape[1]
         g = torch.full((len(rows), width), math.nan)
         version = torch.full((len(rows), width), math.nan)
@@ -316,9 +324,8 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
         worker.load_inflight({int(k): v for k, v in saved["groups"].items()})
 
     def get_train_dataloader(self):
-        """TRL's, with `AERCollator` (g and the policy version per trained token) where AER is on."""
-        if not self.aer_core.on:
-            return super().get_train_dataloader()
+        """TRL's, with `AERCollator` (g and the policy version per trained token, the synchronous trainers'
+        telemetry keys)."""
         return self._trl_train_dataloader()
 
     # ------------------------------------------------------------------------------------------------ loss

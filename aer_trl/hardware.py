@@ -1,6 +1,7 @@
 """What this machine runs fast: the advice the trainer gives a user whose settings would run many times slower here
 than they need to (logged once at start, never acted on: the user's settings are kept), and how many of its cores a
-run is told to use (`env_count`: AER_CPU_THREADS, AER_VERIFY_WORKERS)."""
+run is told to use (`cpu_threads`: the cores a busy machine leaves free; `env_count`: AER_CPU_THREADS,
+AER_VERIFY_WORKERS)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,25 @@ def cpu_bf16_warning(device, bf16: bool, model) -> str | None:
         "no AVX-512 or AMX): every bf16 matmul runs in PyTorch's reference GEMM, about 10x slower per step than "
         "float32 (measured: 200 s against 18 s for SmolLM2-135M). Train in float32 here: bf16=False"
         + ("" if bf16 else " and dtype='float32'")
+    )
+
+
+def cpu_threads(cores: int, load: float | None, processes: int = 1) -> tuple[int, str | None]:
+    """The torch threads each of a run's `processes` gets on a CPU of `cores` cores whose 1-minute load (the other
+    jobs) is `load`: its share of the cores the load leaves free, at least 1, and, where the load took threads away,
+    what to tell the user. Threads that spin against another job's on the same cores make both far slower: measured on
+    2 busy cores, one SmolLM2-135M RLOO step took 258 s with 2 threads and 58 s with 1 (docs/lab.md)."""
+    share = max(1, cores // processes)
+    if load is None:
+        return share, None
+    free = max(1, round(cores - load))
+    threads = max(1, min(share, free // processes))
+    if threads == share:
+        return share, None
+    return threads, (
+        f"the CPU is busy (load {load:.1f} on {cores} cores): this run uses {threads} thread(s) per process instead "
+        f"of {share}, since threads that spin against another job's run several times slower (measured: 258 s "
+        "against 58 s a step on 2 busy cores). AER_CPU_THREADS=N sets the count"
     )
 
 

@@ -238,10 +238,14 @@ class LocalRolloutWorker:
         conversational = isinstance(row["prompt"], list)
         completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
         extra = {k: [v] * len(texts) for k, v in row.items() if k not in ("prompt", "completion")}
+        logged: dict[str, list[float]] = {}  # what the reward functions log (`log_metric`, TRL's keyword)
+        log_metric = lambda name, value: logged.setdefault(name, []).append(float(value))  # noqa: E731
         per_func = []
         for func in self.reward_funcs:
             prompts = [row["prompt"]] * len(texts)
-            values = func(prompts=prompts, completions=completions, completion_ids=tokens, **extra)
+            values = func(
+                prompts=prompts, completions=completions, completion_ids=tokens, log_metric=log_metric, **extra
+            )
             per_func.append([math.nan if v is None else float(v) for v in values])
         per_func = np.array(per_func, dtype=float).reshape(len(self.reward_funcs), len(texts))
         rewards = np.nansum(per_func, axis=0) if len(per_func) else np.zeros(len(texts))
@@ -256,6 +260,7 @@ class LocalRolloutWorker:
         for i, (toks, lps) in enumerate(zip(tokens, logps, strict=True)):
             metrics = {"reward": float(rewards[i]), "reward_std": reward_std}
             metrics.update({f"rewards/{n}": float(per_func[j, i]) for j, n in enumerate(self.reward_func_names)})
+            metrics.update({name: sum(v) / len(v) for name, v in logged.items()})  # TRL's collator averages them
             samples.append(
                 RolloutSample(
                     prompt=row["prompt"],

@@ -21,7 +21,7 @@ from pathlib import Path
 
 RECIPE = "smollm2_135m_instruct/gsm8k/aer_async"
 # values the trainer logs when it collates (rewards, sizes: one micro-batch ahead) or measures time
-NOT_TRAINING = ("perf/", "sample/", "batch/", "reward", "epoch", "train_")
+NOT_TRAINING = ("perf/", "sample/", "batch/", "reward", "completions/", "epoch", "train_")
 
 
 def command(out: Path, args) -> list[str]:

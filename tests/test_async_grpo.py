@@ -224,6 +224,26 @@ def test_aer_trains_async_on_cpu_alpha_per_step_and_telemetry_by_lag(tmp_path, t
     lags = {k for h in logs for k in h if k.startswith("aer/lag/") and k.endswith("/samples")}
     assert lags and max(int(k.split("/")[2]) for k in lags) >= 1  # stale samples were trained, and counted
     assert (tmp_path / "metrics.jsonl").is_file()
+    # the synchronous trainers' telemetry, under their keys: one plotting path serves all three
+    for key in ("completions/mean_length", "rewards/always_wrong/mean", "rewards/digit_count_reward/mean"):
+        assert all(key in h for h in logs), key
+    assert all(0 < h["completions/mean_length"] <= 8 for h in logs) and logs[0]["rewards/always_wrong/mean"] == 0.0
+
+
+def test_the_local_worker_hands_on_what_reward_functions_log(tokenizer, model_dir):
+    """A reward function's `log_metric` (TRL's keyword; the lab logs per-tier accuracy with it) reaches the samples'
+    metrics, which TRL's collator averages into the step's logs, as the synchronous trainers log it."""
+
+    def tiered(completions, log_metric=None, **kwargs):
+        log_metric("lab/accuracy_tier1", 0.25)
+        return [0.0] * len(completions)
+
+    worker = LocalRolloutWorker(
+        AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, helpers.make_dataset(), [tiered],
+        num_generations=4, max_completion_length=4,
+    )  # fmt: skip
+    samples = worker.make_samples(helpers.make_dataset()[0], 0)
+    assert all(s.metrics["lab/accuracy_tier1"] == 0.25 for s in samples)
 
 
 def test_a_correctness_reward_that_names_no_reward_function_is_refused(tmp_path, tokenizer, model_dir):
@@ -357,7 +377,7 @@ def test_with_local_rollout_lag_a_killed_async_run_resumes_exactly(tmp_path, tok
     again = step_logs(resumed, after=2)
     # TRL's collator records a micro-batch's rewards and sizes when it collates it, one micro-batch ahead of training
     # (accelerate reads ahead): the checkpoint's run logged step 3's first with step 2, the resumed run with step 3
-    collated = ("reward", "sample/", "batch/")
+    collated = ("reward", "sample/", "batch/", "completions/")
     assert {k: v for k, v in again[3].items() if not k.startswith(collated)} == {
         k: v for k, v in logs[3].items() if not k.startswith(collated)
     }

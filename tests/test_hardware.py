@@ -2,7 +2,26 @@
 
 import pytest
 
-from aer_trl.hardware import env_count
+from aer_trl.hardware import cpu_threads, env_count
+
+
+@pytest.mark.parametrize(
+    ("cores", "load", "processes", "threads", "warned"),
+    [
+        (2, None, 1, 2, False),  # no load average: the share of the cores
+        (2, 0.1, 1, 2, False),  # idle
+        (2, 1.0, 1, 1, True),  # one core taken by another job: one thread
+        (2, 2.3, 1, 1, True),  # all taken: still one
+        (8, 2.0, 2, 3, True),  # 6 free cores for 2 processes
+        (8, 0.4, 2, 4, False),
+        (2, 1.0, 2, 1, False),  # one thread each already: nothing to take away
+    ],
+)
+def test_a_cpu_run_takes_the_cores_the_load_leaves_free(cores, load, processes, threads, warned):
+    got, note = cpu_threads(cores, load, processes)
+    assert got == threads and (note is not None) == warned
+    if warned:
+        assert "AER_CPU_THREADS" in note and f"load {load:.1f} on {cores} cores" in note
 
 
 @pytest.mark.parametrize(("value", "count"), [(None, None), ("", None), ("0", None), ("3", 3), (" 2 ", 2)])

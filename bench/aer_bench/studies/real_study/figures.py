@@ -29,6 +29,18 @@ def tier_curve(curves: list[dict[int, float]], window: int = 5) -> tuple[list[in
     return steps, values
 
 
+def percent_errors(stats: list[tuple[float, float]]) -> list[list[float]]:
+    """Error bars of (mean, half-width) percentages, cut at 0 and 100: an interval over few seeds can reach past what
+    a share can be, and the bar shows only the part that can happen. NaN half-widths (one seed) draw none."""
+    lower = [0.0 if math.isnan(h) else min(h, m) for m, h in stats]
+    upper = [0.0 if math.isnan(h) else min(h, 100.0 - m) for m, h in stats]
+    return [lower, upper]
+
+
+def _unrecorded(ax) -> None:
+    ax.text(0.5, 0.5, "not in these runs' logs", transform=ax.transAxes, ha="center", va="center", color="gray")
+
+
 def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") -> Path:
     import matplotlib
 
@@ -46,8 +58,10 @@ def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") 
         (axes[1, 0], "length", "mean completion length (tokens)"),
     ]
     for ax, key, panel_title in panels:
+        if not any(c["curves"].get(key) for c in cells):
+            _unrecorded(ax)
         for m in methods:
-            curves = [dict(c["curves"][key]) for c in cells if c["method"] == m and c["curves"][key]]
+            curves = [dict(c["curves"][key]) for c in cells if c["method"] == m and c["curves"].get(key)]
             if not curves:
                 continue
             steps = sorted(set.intersection(*(set(cv) for cv in curves)))
@@ -76,7 +90,7 @@ def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") 
             ax.errorbar(
                 ks,
                 [s[0] for s in stats],
-                yerr=[0 if math.isnan(s[1]) else s[1] for s in stats],
+                yerr=percent_errors(stats),
                 marker="o",
                 capsize=3,
                 color=color[m],
@@ -98,7 +112,7 @@ def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") 
             if not mine:
                 continue
             stats = [interval([100 * cell["passk"]["per_group"][t]["pass@1"] for cell in mine]) for t in TIER_NAMES]
-            means, errs = [s[0] for s in stats], [0 if math.isnan(s[1]) else s[1] for s in stats]
+            means, errs = [s[0] for s in stats], percent_errors(stats)
             c = color[name]
         ax.bar(
             [j + i * width for j in range(len(TIER_NAMES))], means, width, yerr=errs, capsize=3, color=c, label=name
@@ -108,10 +122,12 @@ def plot(cells: list[dict], base: dict | None, path: Path, ks, title: str = "") 
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     ax = axes[1, 3]
+    if not any(c["curves"].get(f"tier{t}") for c in cells for t in TIER_NAMES):
+        _unrecorded(ax)
     styles = dict(zip(TIER_NAMES, ["-", "--", ":", "-."]))
     for m in methods:
         for t, style in styles.items():
-            curves = [dict(c["curves"][f"tier{t}"]) for c in cells if c["method"] == m and c["curves"][f"tier{t}"]]
+            curves = [dict(c["curves"][f"tier{t}"]) for c in cells if c["method"] == m and c["curves"].get(f"tier{t}")]
             steps, values = tier_curve(curves)
             ax.plot(steps, values, color=color[m], ls=style)
     ax.set_title("training accuracy per tier (each seed's last 5 steps)")
