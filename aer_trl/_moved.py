@@ -1,7 +1,9 @@
-"""The modules that moved under `aer_trl.app` (the application beside the AER core, docs/design.md §0) keep their
-old import paths for users, with a FutureWarning: `import aer_trl.rewards` gives the module `aer_trl.app.rewards`
-itself (one module object, one registry), and `python -m aer_trl.run` runs `aer_trl.app.run`. Nothing is imported
-until such a path is used. The old paths go in a later release."""
+"""The modules that moved keep their old import paths for users, with a FutureWarning: those under `aer_trl.app`
+(the application beside the AER core, docs/design.md §0: `import aer_trl.rewards` gives the module
+`aer_trl.app.rewards` itself, one module object, one registry, and `python -m aer_trl.run` runs `aer_trl.app.run`),
+and the stand-ins for what other libraries lack, under `aer_trl.upstream` (`aer_trl.vllm_support` is
+`aer_trl.upstream.vllm_engine`). Nothing is imported until such a path is used. The old paths go in a later
+release."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ import importlib.util
 import sys
 import warnings
 
-MOVED = (
-    "run", "training", "trainers", "data", "prompts", "rewards", "verifier", "gguf", "files", "resources",
-    "logs", "extras", "kvcache", "evaluation",
-)  # fmt: skip
+APP = ("run", "training", "trainers", "data", "prompts", "rewards", "verifier", "gguf", "files", "resources", "logs",
+       "extras", "kvcache", "evaluation")  # fmt: skip
+UPSTREAM = {"vllm_support": "upstream.vllm_engine", "async_support": "upstream.trl_async",
+            "local_rollout": "upstream.local_rollout"}  # fmt: skip
+MOVED = {**{name: f"app.{name}" for name in APP}, **UPSTREAM}  # old name under aer_trl -> where it lives now
 
 
 class _Alias(importlib.abc.Loader):
@@ -37,13 +40,13 @@ class _Alias(importlib.abc.Loader):
 
 
 class MovedModules(importlib.abc.MetaPathFinder):
-    """Finds `aer_trl.<moved>[.<sub>]` as `aer_trl.app.<moved>[.<sub>]`."""
+    """Finds `aer_trl.<moved>[.<sub>]` where it lives now (`MOVED`: `aer_trl.app.<moved>[.<sub>]`, ...)."""
 
     def find_spec(self, fullname, path=None, target=None):
         parts = fullname.split(".")
         if len(parts) < 2 or parts[0] != "aer_trl" or parts[1] not in MOVED:
             return None
-        new = ".".join(["aer_trl", "app", *parts[1:]])
+        new = ".".join(["aer_trl", MOVED[parts[1]], *parts[2:]])
         real = importlib.util.find_spec(new)
         if real is None:
             return None

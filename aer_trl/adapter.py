@@ -23,13 +23,13 @@ from dataclasses import dataclass
 import torch
 
 from .callbacks import AERCallback, trainer_callbacks
-from .card import write_model_card
+from .card import CARD_FIELDS, write_model_card
 from .chat_template import prompts_are_conversational, set_chat_template
 from .core import AERCore
 from .hardware import cpu_bf16_warning
 from .methods import get_method
 from .resume import ResumeMixin
-from .vllm_support import EngineDriftGuard, vllm_for_trainer
+from .upstream.vllm_engine import EngineDriftGuard, vllm_for_trainer
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +69,18 @@ class AERTrainerBase(ResumeMixin):
         args=None,
         *pos_args,
         callbacks=None,
-        dataset_name: str | None = None,
-        data_description: str | None = None,
-        base_model: str | None = None,
         **kwargs,
     ):
-        """`dataset_name` / `data_description` (optional): what the model card says the model was trained on (a Hub
-        data set id is linked; the description adds the prompt format). `base_model` (optional): the Hub id the card
-        names as the base model where the model was loaded from elsewhere (a converted GGUF file's original)."""
+        """TRL's trainer's arguments. What the model card says (the data, the base model's Hub id) is not among
+        them: `create_model_card` takes it, as TRL's does."""
+        card_fields = sorted(set(kwargs) & set(CARD_FIELDS))
+        if card_fields:
+            raise TypeError(
+                f"{type(self).__name__} got {card_fields}: fields of the model card, not of the trainer; pass them to "
+                f"trainer.create_model_card({', '.join(f'{k}=...' for k in card_fields)}) (remembered for later cards "
+                "and pushes)"
+            )
+        self.aer_card: dict = {}  # what `create_model_card` was told: dataset_name, data_description, base_model
         args = self.config_class.for_trainer(args, model)  # a plain TRL config is converted (with a warning)
         missing = [c for c in args.trainer_requirements() if not isinstance(self, c)]
         if missing:
@@ -99,8 +103,6 @@ class AERTrainerBase(ResumeMixin):
         )
         self._engine_guard = EngineDriftGuard.for_trainer(self.model, args)  # stops a run whose engine drifted
         self._aer_method = get_method(args.method)
-        self.aer_dataset_name, self.aer_data_description = dataset_name, data_description
-        self.aer_base_model = base_model
         self.aer_core.bind_rewards(self.aer_reward_names())
         self.aer_resume_changes: dict[str, tuple] = {}  # settings that differ from the checkpoint resumed from
         slow = cpu_bf16_warning(self.accelerator.device, args.bf16, self.model)
@@ -132,8 +134,13 @@ class AERTrainerBase(ResumeMixin):
         return self.aer_core.controller
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
-        """TRL's model card for the method actually trained, plus AER's section (`aer_trl.card`)."""
-        write_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags, **kwargs)
+        """TRL's model card for the method actually trained, plus AER's section (`aer_trl.card`). Beside TRL's
+        arguments: `data_description` (what the model was trained on, with the prompt format) and `base_model` (the
+        Hub id the card names where the model was loaded from elsewhere, e.g. a converted GGUF file's original).
+        `dataset_name`, `data_description` and `base_model` are remembered for later cards (a push writes one)."""
+        given = {"dataset_name": dataset_name, **{k: kwargs.pop(k) for k in CARD_FIELDS if k in kwargs}}
+        self.aer_card.update({k: v for k, v in given.items() if v is not None})
+        write_model_card(self, model_name=model_name, tags=tags, **kwargs)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.aer_core.on and not any(key.startswith("eval_") for key in logs):
@@ -151,7 +158,7 @@ class AERTrainerMixin(AERTrainerBase):
     _loss_capture: LossCapture | None = None
 
     def _build_trl(self, model, reward_funcs, args, *pos_args, **kwargs) -> None:
-        with vllm_for_trainer(self, model, args):  # aer_trl.vllm_support: the engine's dtype, CPU fixes
+        with vllm_for_trainer(self, model, args):  # aer_trl.upstream.vllm_engine: the engine's dtype, CPU fixes
             super()._build_trl(model, reward_funcs, args, *pos_args, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ controller

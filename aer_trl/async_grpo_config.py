@@ -33,8 +33,8 @@ class AERAsyncGRPOConfig(AERArguments, AsyncGRPOConfig):
     local_rollouts: bool = field(
         default=False,
         metadata={
-            "help": "Sample with a copy of the policy in a background thread of this process "
-            "(aer_trl.local_rollout.LocalRolloutWorker, transformers' forward, weights copied at every sync) instead "
+            "help": "Sample with a copy of the policy in a background thread of this process (aer_trl.upstream."
+            "local_rollout.LocalRolloutWorker, transformers' forward, weights copied at every sync) instead "
             "of TRL's vLLM server: the CPU and test path. It samples at `temperature` without tools: the vLLM "
             "worker's other sampling settings (top_p, top_k, min_p, repetition_penalty, ...) are refused with it, and "
             "so is a rollout_worker passed to the trainer."

@@ -39,10 +39,10 @@ with warnings.catch_warnings():  # TRL warns on every import from trl.experiment
 
 from .adapter import AERTrainerBase
 from .async_grpo_config import AERAsyncGRPOConfig
-from .async_support import peak_flops_per_device, use_tree_attention_by_device, with_names
 from .atomic import atomic_write
 from .families import family
 from .metrics import log_rollout
+from .upstream.trl_async import peak_flops_per_device, use_tree_attention_by_device, with_names
 
 logger = logging.getLogger(__name__)
 
@@ -159,14 +159,15 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
     path, reward functions, `rollout_worker` / `weight_transfer` to bring one's own); `args` is an
     `AERAsyncGRPOConfig`. Built through the same constructor as the other AER trainers (`AERTrainerBase`). The tree
     attention follows the trainer's device: TRL's FA3 kernel on a CUDA device that loads it, torch elsewhere
-    (`aer_trl.async_support`); `aer_trl.local_rollout` gives a rollout worker that needs no vLLM server."""
+    (`aer_trl.upstream.trl_async`); `aer_trl.upstream.local_rollout` gives a rollout worker that needs no vLLM
+    server."""
 
     config_class = AERAsyncGRPOConfig
     _tag_names = ["trl", family("async_grpo").tag, "aer", "aer_trl"]
     _name = "AER-AsyncGRPO"
     _aer_micro = 0  # micro-steps trained, for the controller's once-per-optimizer-step cadence
 
-    # TRL's constructor and data loader, one module-level name each bound to ours (`async_support.with_names`):
+    # TRL's constructor and data loader, one module-level name each bound to ours (`upstream.trl_async.with_names`):
     # - `get_peak_flops_per_device`: TRL's asks `torch.cuda` for the device's name, which raises off CUDA (a CPU
     #   run); ours returns None there (no MFU logged) and TRL's value on CUDA;
     # - `DataCollatorForRollout`: TRL's collator plus each trained token's group accuracy and policy version
@@ -193,7 +194,7 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
         template set on it reaches the worker); what the worker cannot do is refused by name."""
         from transformers import AutoTokenizer
 
-        from .local_rollout import local_rollouts
+        from .upstream.local_rollout import local_rollouts
 
         for name in ("rollout_worker", "weight_transfer", "tools", "environment_factory"):
             if trl_args.get(name) is not None:
@@ -246,7 +247,7 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
     # policy version) for its own vLLM worker only (an isinstance check); the local worker's is kept alike, so that a
     # resumed run goes on with the prompt order and the version count instead of starting both over.
     def _local_worker(self):
-        from .local_rollout import LocalRolloutWorker
+        from .upstream.local_rollout import LocalRolloutWorker
 
         return self.rollout_worker if isinstance(self.rollout_worker, LocalRolloutWorker) else None
 

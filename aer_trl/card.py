@@ -31,6 +31,13 @@ HUB = "https://huggingface.co"
 DATA_FILES = (".jsonl", ".json", ".parquet", ".csv", ".arrow")
 
 
+CARD_FIELDS = (
+    "dataset_name",
+    "data_description",
+    "base_model",
+)  # what `create_model_card` remembers (trainer.aer_card)
+
+
 def clean_front_matter(card: str) -> str:
     """TRL's card without the `licence: license` line its `generate_model_card` writes into the front matter (a
     misspelt key with a placeholder value, which the Hub does not read as a license; docs/upstream.md)."""
@@ -69,7 +76,7 @@ def _base_model(trainer) -> tuple[str | None, str | None]:
     """(Hub id, local path) of the base model: the trainer's `base_model` where given (a Hub id, e.g. the original of
     a converted GGUF file), else the model's own name, which is a Hub id unless it is a local folder."""
     own = get_config_model_id(trainer.model.config)
-    hint = getattr(trainer, "aer_base_model", None)
+    hint = trainer.aer_card.get("base_model")
     if hint:
         return hint, own if own and os.path.isdir(own) else None
     if own and not os.path.isdir(own):
@@ -77,12 +84,12 @@ def _base_model(trainer) -> tuple[str | None, str | None]:
     return None, own
 
 
-def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **kwargs) -> None:
+def write_model_card(trainer, model_name=None, tags=None, **kwargs) -> None:
     """TRL's model card for the method actually trained, titled with the run's name (`run_name`) and with a usage
     snippet that loads this model (its Hub id when pushed, else its folder). With AER's outputs off (a non-AER method,
     `aer_measurements` unset) that is all. Otherwise it cites the AER paper once, links only what exists (a Hub base
     model, a Hub data set), and adds a section with the method's settings (and AER's controller state)."""
-    dataset_name = dataset_name or trainer.aer_dataset_name
+    dataset_name = trainer.aer_card.get("dataset_name")
     model_name = model_name or run_name(trainer)
     method = trainer.args.method
     spec = get_method(method)
@@ -102,7 +109,7 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
         return
     path = os.path.join(trainer.args.output_dir, "README.md")
     with open(path) as f:
-        card = clean_front_matter(f.read())
+        card = f.read()
     hub_base, local_base = _base_model(trainer)
     # TRL links a Hub base model; for a local folder (or none) its template writes [None](https://huggingface.co/None)
     if hub_base:
@@ -121,12 +128,16 @@ def write_model_card(trainer, model_name=None, dataset_name=None, tags=None, **k
         with open(path, "w") as f:
             f.write(card)
         return
+    card = clean_front_matter(card)  # AER's card; with AER's outputs off the card stays TRL's, byte for byte
     cb = trainer.aer_callback
     fmt = lambda v: "n/a" if v is None else f"{v:.6g}"  # noqa: E731
     rows = [
         ("method", f"`{method}`: {spec.help}"),
         ("base model", f"`{hub_base or local_base}`" if hub_base or local_base else "n/a"),
-        ("training data", trainer.aer_data_description or (f"`{dataset_name}`" if dataset_name else "n/a")),
+        (
+            "training data",
+            trainer.aer_card.get("data_description") or (f"`{dataset_name}`" if dataset_name else "n/a"),
+        ),
     ]
     if aer:
         rows += [

@@ -38,7 +38,7 @@ def run_arm(arm: str, steps: int, output_dir: Path) -> dict:
     from trl.generation import vllm_generation
 
     from aer_bench.training import train_recipe
-    from aer_trl.vllm_support import compute_dtype
+    from aer_trl.upstream.vllm_engine import compute_dtype
     from recipes.rehearse import SHIPPED, size_overrides
 
     built = {}

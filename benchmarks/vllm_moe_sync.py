@@ -4,7 +4,8 @@ Builds a tiny Qwen3-MoE (or a dense Qwen3), loads it into vLLM (float32, eager),
 weights, loads them into vLLM twice and prints, after each load, the largest difference between vLLM's next-token
 log-probs (top 5) and the transformers model's. Loads as TRL's colocate sync does (`--sync trl`: one
 `model.load_weights` call per parameter, the trainer's fused expert names) or through vLLM's reload path (`--sync
-reload`), with or without the two fixes of `aer_trl.vllm_support`. Needs `.venv-vllm` (make install-vllm), ~30 s a run:
+reload`), with or without the two fixes of `aer_trl.upstream.vllm_engine`. Needs `.venv-vllm` (make
+install-vllm), ~30 s a run:
 
     .venv-vllm/bin/python benchmarks/vllm_moe_sync.py --sync trl                 # the bug: ~0.44
     .venv-vllm/bin/python benchmarks/vllm_moe_sync.py --sync reload              # reload alone: ~0.44
@@ -23,8 +24,8 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine in this process
 
 import torch  # noqa: E402
 
-from aer_trl import vllm_support  # noqa: E402
 from aer_trl.testing import build_char_tokenizer, build_tiny_qwen3, build_tiny_qwen3_moe  # noqa: E402
+from aer_trl.upstream import vllm_engine as vllm_support  # noqa: E402
 
 
 def per_expert(named):

@@ -18,12 +18,12 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from trl.experimental.async_grpo import AsyncGRPOTrainer  # noqa: E402
 from trl.experimental.async_grpo.packing import TreeRow  # noqa: E402
 
-import aer_trl.async_support as async_support  # noqa: E402
+import aer_trl.upstream.trl_async as async_support  # noqa: E402
 from aer_trl import AERAsyncGRPOConfig, AERAsyncGRPOTrainer  # noqa: E402
 from aer_trl.async_grpo_trainer import AERCollator, GroupedRollouts  # noqa: E402
 from aer_trl.chat_template import read_chat_template  # noqa: E402
 from aer_trl.core import AERCore  # noqa: E402
-from aer_trl.local_rollout import LocalRolloutWorker, LocalWeightTransfer  # noqa: E402
+from aer_trl.upstream.local_rollout import LocalRolloutWorker, LocalWeightTransfer  # noqa: E402
 from tests import helpers  # noqa: E402
 
 

@@ -9,8 +9,8 @@ from tests import helpers
 
 def _card(tmp_path, dataset_name, **config):
     tokenizer = helpers.make_tokenizer()
-    trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, **config), dataset_name=dataset_name)
-    trainer.create_model_card()
+    trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path, **config))
+    trainer.create_model_card(dataset_name=dataset_name)
     return (tmp_path / "README.md").read_text()
 
 
@@ -18,6 +18,7 @@ def test_an_aer_card_has_the_settings_and_controller_state_and_links_only_what_e
     card = _card(tmp_path, MATH_TABLES["deepscaler"].hub_id, aer_rho=0.3)  # `aer-train` passes a known name's Hub id
     assert "## Training method: AER-GRPO" in card and "huggingface.co/papers/2510.10959" in card
     assert card.count("@article{zhang2025aer") == 1  # cited once, in TRL's citations
+    assert "licence: license" not in card  # TRL's misspelt placeholder (docs/upstream.md)
     for row in ("| ρ (pivot accuracy) | 0.3 |", "| final α | 0 |", "| H0 (initial entropy) | n/a |"):
         assert row in card, row
     assert MATH_TABLES["deepscaler"].hub_id in card  # a Hub data set is linked
@@ -41,9 +42,8 @@ def test_a_baseline_with_telemetry_has_its_section_without_aer_settings(tmp_path
 def test_no_card_links_huggingface_co_none(tmp_path, config, where):
     """A local base model is named by its folder (with its path); a Hub base model keeps TRL's link."""
     tokenizer = helpers.make_tokenizer()
-    trainer = helpers.make_trainer(
-        tokenizer, helpers.make_config(tmp_path / "run", **config), dataset_name="gsm8k-sample"
-    )
+    trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "run", **config))
+    trainer.aer_card["dataset_name"] = "gsm8k-sample"
     if where == "local":
         folder = tmp_path / "models" / "my-base-model"
         folder.mkdir(parents=True)
@@ -71,12 +71,13 @@ def test_the_card_names_the_run_loads_this_model_and_cites_the_paper_once(tmp_pa
     tokenizer = helpers.make_tokenizer()
     out = tmp_path / "tiny-aer"
     config = {"hub_model_id": "me/tiny-aer-hub"} if pushed else {}
-    trainer = helpers.make_trainer(
-        tokenizer, helpers.make_config(out, **config), base_model="HuggingFaceTB/SmolLM2-135M-Instruct"
-    )
+    trainer = helpers.make_trainer(tokenizer, helpers.make_config(out, **config))
+    with pytest.raises(TypeError, match=r"\['base_model'\]: fields of the model card, not of the trainer"):
+        helpers.make_trainer(tokenizer, helpers.make_config(out), base_model="HuggingFaceTB/SmolLM2-135M-Instruct")
+    trainer.create_model_card(base_model="HuggingFaceTB/SmolLM2-135M-Instruct")  # remembered for the push's card
     if pushed:
         trainer.hub_model_id = "me/tiny-aer-hub"  # what Trainer.init_hf_repo sets before a push
-    trainer.create_model_card()
+        trainer.create_model_card()  # what a push writes
     card = (out / "README.md").read_text()
     name, loads = ("tiny-aer-hub", "me/tiny-aer-hub") if pushed else ("tiny-aer", str(out))
     assert f"# Model Card for {name}\n" in card and "None" not in card

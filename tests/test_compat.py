@@ -47,8 +47,9 @@ def test_a_training_step_and_sampling_warn_of_no_renamed_name(tmp_path):
 
 
 def test_the_local_rollout_worker_samples_without_a_renamed_name(tmp_path):
-    """aer_trl.local_rollout's token loop hands its KV cache under the name the installed transformers wants."""
-    from aer_trl.local_rollout import LocalRolloutWorker
+    """aer_trl.upstream.local_rollout's token loop hands its KV cache under the name the installed transformers
+    wants."""
+    from aer_trl.upstream.local_rollout import LocalRolloutWorker
 
     tokenizer = helpers.make_tokenizer()
     worker = LocalRolloutWorker(

@@ -62,6 +62,9 @@ def test_the_applications_old_import_paths_give_the_moved_modules_with_a_warning
     with pytest.warns(FutureWarning, match="aer_trl.evaluation moved"):
         passk = importlib.import_module("aer_trl.evaluation.passk")
     assert passk is importlib.import_module("aer_trl.app.evaluation.passk")
+    for old_name, new_name in (("vllm_support", "upstream.vllm_engine"), ("local_rollout", "upstream.local_rollout")):
+        with pytest.warns(FutureWarning, match=f"aer_trl.{old_name} moved to aer_trl.{new_name}"):
+            assert importlib.import_module(f"aer_trl.{old_name}") is importlib.import_module(f"aer_trl.{new_name}")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-m", "aer_trl.run", "--list"], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=120)  # fmt: skip

@@ -239,9 +239,9 @@ def test_the_vllm_engine_members_validation_reads_exist():
 
 
 def test_trl_builds_its_colocated_engine_by_the_module_name_llm_without_a_dtype():
-    """aer_trl.vllm_support.colocated_engine_settings gives the engine the trainer's dtype (and eager mode on the CPU)
-    by wrapping the name `LLM` in TRL's `vllm_generation` module while the trainer is built: TRL must build it by that
-    name and pass neither (if it ever passes one, ours steps aside and this test says to check it)."""
+    """aer_trl.upstream.vllm_engine.colocated_engine_settings gives the engine the trainer's dtype (and eager mode on
+    the CPU) by wrapping the name `LLM` in TRL's `vllm_generation` module while the trainer is built: TRL must build
+    it by that name and pass neither (if it ever passes one, ours steps aside and this test says to check it)."""
     from trl.generation import vllm_generation
 
     source = inspect.getsource(vllm_generation.VLLMGeneration)
@@ -264,7 +264,8 @@ ASYNC_OVERRIDES = {
     "_run_epoch": OVERRIDES["_run_epoch"],
 }
 # TRL's methods the asynchronous adapter runs with one of their module's global names bound to its own
-# (`aer_trl.async_support.with_names`: TRL's code, neither copied nor changed; TRL's module is left as it is), and why
+# (`aer_trl.upstream.trl_async.with_names`: TRL's code, neither copied nor changed; TRL's module is left as it is),
+# and why
 ASYNC_REBOUND = {
     ("__init__", "get_peak_flops_per_device"): "TRL's asks torch.cuda for the device's name, which raises off CUDA "
     "(a CPU run); no hook: it is a module function called inside the constructor",

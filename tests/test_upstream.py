@@ -15,7 +15,7 @@ from trl.experimental.async_grpo import async_grpo_trainer as trl_async  # noqa:
 from trl.experimental.async_grpo import packing  # noqa: E402
 
 from aer_trl.async_grpo_trainer import TrainedGroups  # noqa: E402
-from aer_trl.async_support import peak_flops_per_device, tree_attention_sdpa  # noqa: E402
+from aer_trl.upstream.trl_async import peak_flops_per_device, tree_attention_sdpa  # noqa: E402
 
 
 def test_trl_peak_flops_ask_cuda_for_a_cpu_devices_name():
@@ -92,3 +92,19 @@ def test_trls_model_card_front_matter_says_licence_license(tmp_path):
     from aer_trl.card import clean_front_matter
 
     assert "licence" not in clean_front_matter(str(card)) and clean_front_matter(str(card)).startswith("---\n")
+
+
+def test_transformers_trains_one_step_past_max_steps_when_a_finished_run_is_resumed(tmp_path):
+    """transformers (stock `trl.GRPOTrainer`): a run resumed from its checkpoint at `max_steps` (a finished job
+    queued again) trains one step more before its loop checks `max_steps`. Fix: `ResumeMixin._run_epoch` returns
+    before training (tests/test_resume.py::test_a_finished_run_started_again_trains_nothing_more)."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tests import helpers
+
+    tokenizer = helpers.make_tokenizer()
+    kwargs = helpers.config_kwargs(tmp_path / "run", max_steps=2, save_strategy="steps", save_steps=1)
+    helpers.make_trainer(tokenizer, GRPOConfig(**kwargs), trainer_class=GRPOTrainer).train()
+    again = helpers.make_trainer(tokenizer, GRPOConfig(**kwargs), trainer_class=GRPOTrainer)
+    again.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+    assert again.state.global_step == 3  # stock: one step past max_steps=2

@@ -1,9 +1,9 @@
-"""aer_trl.vllm_support without vLLM: when the CPU fix applies, the KV-cache size, and defaults that never override
-what a user set."""
+"""aer_trl.upstream.vllm_engine without vLLM: when the CPU fix applies, the KV-cache size, and defaults that never
+override what a user set."""
 
 from types import SimpleNamespace
 
-from aer_trl import vllm_support
+from aer_trl.upstream import vllm_engine as vllm_support
 
 
 def test_kv_cache_gib_hand_computed():

@@ -42,7 +42,7 @@ def finish(trainer) -> None:
     Invalid process group specified`)."""
     if trainer is None:  # --list
         return
-    from aer_trl.vllm_support import release_colocated_engine
+    from aer_trl.upstream.vllm_engine import release_colocated_engine
 
     trainer.accelerator.wait_for_everyone()  # no rank tears the group down while another still uses it
     release_colocated_engine(trainer)

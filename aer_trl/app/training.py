@@ -219,6 +219,8 @@ def _train(script_args, training_args, model_args=None, resume: str | None = Non
         train_dataset=dataset,
         peft_config=get_peft_config(model_args),
         callbacks=[*callbacks, *extra],
+    )
+    trainer.aer_card.update(  # what its model card says, in every card it writes (a push's too)
         dataset_name=hub_dataset_id(script_args.dataset_name) or script_args.dataset_name,
         data_description=data_description,
         base_model=base_model_id(model_args.model_name_or_path) if model_args.model_name_or_path else None,

@@ -19,9 +19,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-import aer_trl.vllm_support  # noqa: E402
+import aer_trl.upstream.vllm_engine  # noqa: E402
 from aer_trl import AERGRPOTrainer, AERRLOOConfig, AERRLOOTrainer  # noqa: E402
-from aer_trl.vllm_support import EngineDriftError  # noqa: E402
+from aer_trl.upstream.vllm_engine import EngineDriftError  # noqa: E402
 from tests import helpers  # noqa: E402
 
 GAP = "sampling/sampling_logp_difference/mean"
@@ -55,7 +55,7 @@ def main():
     tokenizer.save_pretrained(path)
     if args.no_sync:
         no_sync = lambda generation: setattr(generation, "sync_weights", lambda: None)  # noqa: E731
-        aer_trl.vllm_support.synced_through_reload = no_sync
+        aer_trl.upstream.vllm_engine.synced_through_reload = no_sync
     rloo = args.trainer == "rloo"
     config = helpers.make_config(
         root / "run",

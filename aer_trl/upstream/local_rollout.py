@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from .compat import cache_kwarg
+from ..compat import cache_kwarg
 
 logger = logging.getLogger(__name__)
 
