@@ -16,6 +16,7 @@ adapters"):
 
 from __future__ import annotations
 
+import inspect
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,6 +62,26 @@ class AERTrainerBase(ResumeMixin):
     then the trainer's own wiring (`_aer_wire`)."""
 
     config_class: type  # AERGRPOConfig, AERRLOOConfig, AERAsyncGRPOConfig
+
+    def __init_subclass__(cls, **kwargs):
+        """Each AER trainer's constructor shows the TRL trainer's signature (`inspect`, `help()`): the same
+        arguments, passed through to TRL's constructor (a class without a constructor of its own gets one that calls
+        the shared one)."""
+        super().__init_subclass__(**kwargs)
+        trl = next((c for c in cls.__mro__ if c.__module__.startswith("trl.") and "_tag_names" in vars(c)), None)
+        if trl is None:  # a mixin without a TRL trainer yet (AERTrainerMixin)
+            return
+        if "__init__" not in vars(cls):
+
+            def __init__(self, *args, **kwargs):
+                super(cls, self).__init__(*args, **kwargs)
+
+            __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+            __init__.__doc__ = AERTrainerBase.__init__.__doc__
+            cls.__init__ = __init__
+        elif not cls.__module__.startswith("aer_trl."):
+            return  # an extension's own constructor keeps its own signature
+        cls.__init__.__signature__ = inspect.signature(trl.__init__)
 
     def __init__(
         self,

@@ -12,11 +12,11 @@ with warnings.catch_warnings():  # TRL warns on every import from trl.experiment
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
 from .config import AERArguments
-from .config_docs import ASYNC_GROUPS, documented
+from .config_docs import ASYNC_GROUPS, documented_config
 from .families import family
 
 
-@documented(ASYNC_GROUPS)
+@documented_config(ASYNC_GROUPS)
 @dataclass
 class AERAsyncGRPOConfig(AERArguments, AsyncGRPOConfig):
     r"""

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from transformers import TrainerCallback
-from transformers.trainer_callback import ExportableState
+from transformers.trainer_callback import ExportableState, PrinterCallback, ProgressCallback
 
 from .atomic import atomic_write
 from .core_algos import AERController, rollout_steps
@@ -246,11 +246,58 @@ def trainer_callbacks(args, callbacks=None) -> list:
     return callbacks
 
 
+# what one log step's line shows (everything else is in metrics.jsonl): key in the logs -> its short name
+LINE_KEYS = (("loss", "loss"), ("reward", "reward"), ("aer/entropy", "entropy"), ("aer/alpha", "alpha"),
+             ("completions/mean_length", "length"), ("learning_rate", "lr"))  # fmt: skip
+
+
+def log_line(state, logs: dict) -> str:
+    """One short line for a training log (`step 3/10 | loss 0.0123 | reward 0.5 | ...`), the run's summary at the end
+    (`done: 10 steps in 123 s, loss 0.01`), or an evaluation's pass@k values."""
+    if "train_runtime" in logs:
+        loss = logs.get("train_loss")
+        return f"done: {state.global_step} steps in {logs['train_runtime']:.0f} s" + (
+            f", mean loss {loss:.4g}" if isinstance(loss, float) else ""
+        )
+    shown = [(short, logs[key]) for key, short in LINE_KEYS if isinstance(logs.get(key), (int, float))]
+    if not shown:
+        shown = [(k, v) for k, v in logs.items() if isinstance(v, (int, float)) and "pass@" in k][:6]
+    head = f"step {state.global_step}/{state.max_steps}" if state.max_steps else f"step {state.global_step}"
+    return " | ".join([head, *(f"{name} {value:.4g}" for name, value in shown)])
+
+
+class CompactProgressCallback(ProgressCallback):
+    """transformers' progress bar, with one short line per log step (`log_line`) instead of the whole metrics dict
+    (1,250 characters a step with AER's telemetry); every value stays in metrics.jsonl and the trackers."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None and logs:
+            self.training_bar.write(log_line(state, logs))
+
+
+class CompactPrinterCallback(PrinterCallback):
+    """transformers' printer (`disable_tqdm`), with one short line per log step (`log_line`)."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_local_process_zero and logs:
+            print(log_line(state, logs), flush=True)
+
+
+def use_compact_log_lines(trainer) -> None:
+    """transformers' default bar (or printer) among a trainer's callbacks becomes its compact one, where no bar of
+    the user's own (a `ProgressCallback` subclass) is there."""
+    callbacks = trainer.callback_handler.callbacks
+    if any(isinstance(cb, ProgressCallback) and type(cb) is not ProgressCallback for cb in callbacks):
+        return
+    for default, compact in ((ProgressCallback, CompactProgressCallback), (PrinterCallback, CompactPrinterCallback)):
+        for cb in [cb for cb in callbacks if type(cb) is default]:
+            trainer.remove_callback(cb)
+            trainer.add_callback(compact(**({"max_str_len": cb.max_str_len} if default is ProgressCallback else {})))
+
+
 def replace_progress_bar(trainer) -> None:
     """A `transformers.ProgressCallback` subclass among a trainer's callbacks (a bar of one's own: the demo's names its
     phase and shows a few numbers instead of printing every log dict) replaces transformers' default bar."""
-    from transformers.trainer_callback import ProgressCallback
-
     callbacks = trainer.callback_handler.callbacks
     if any(isinstance(cb, ProgressCallback) and type(cb) is not ProgressCallback for cb in callbacks):
         for cb in [cb for cb in callbacks if type(cb) is ProgressCallback]:

@@ -4,6 +4,7 @@ controller's settings and final state."""
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 
@@ -31,11 +32,10 @@ HUB = "https://huggingface.co"
 DATA_FILES = (".jsonl", ".json", ".parquet", ".csv", ".arrow")
 
 
-CARD_FIELDS = (
-    "dataset_name",
-    "data_description",
-    "base_model",
-)  # what `create_model_card` remembers (trainer.aer_card)
+# what `create_model_card` remembers (trainer.aer_card): the data set, its description with the prompt format, the
+# base model's Hub id, where these weights came from when not from the Hub (`base_model_source`, e.g. a dequantized
+# GGUF file), and one training prompt for the card's usage snippet (`example_prompt`: text or chat messages)
+CARD_FIELDS = ("dataset_name", "data_description", "base_model", "base_model_source", "example_prompt")
 
 
 def clean_front_matter(card: str) -> str:
@@ -57,11 +57,62 @@ def hub_dataset_id(name: str | None) -> str | None:
 
 
 def _local_base(base: str | None) -> str:
-    """How the card names a base model that is not on the Hub: by its folder's name, with its path."""
+    """How the card names a base model that is not on the Hub: by its folder's name (never the path on the machine
+    that trained it: the card is meant for the Hub)."""
     if not base:
         return "a fine-tuned model"
     name = os.path.basename(os.path.normpath(base)) or base
-    return f"a fine-tuned version of `{name}` (a local model: `{base}`)"
+    return f"a fine-tuned version of `{name}` (a local model)"
+
+
+QUESTION_LINE = 'question = "If you had a time machine'  # TRL's usage snippet's generic question
+
+
+def usage_snippet(card: str, prompt, max_new_tokens: int) -> str:
+    """TRL's usage snippet with one of the run's own training prompts (text, or chat messages) in place of TRL's
+    generic question, and the run's completion budget: the model is shown in the format it was trained on."""
+    lines = card.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith(QUESTION_LINE)), None)
+    if at is None or prompt is None:
+        return card
+    chat = isinstance(prompt, list)
+    lines[at] = ("messages = " if chat else "prompt = ") + json.dumps(prompt, ensure_ascii=False)
+    text = "\n".join(lines)
+    text = text.replace(
+        'generator([{"role": "user", "content": question}]', "generator(messages" if chat else "generator(prompt"
+    )
+    return text.replace("max_new_tokens=128", f"max_new_tokens={max_new_tokens}")
+
+
+def training_procedure(trainer, aer: bool) -> str:
+    """The card's "Training procedure": the trainer, the method, the steps trained and, for AER, α, H0 and H* at the
+    end; for the asynchronous trainer, max_staleness and how many samples were trained at each lag."""
+    args, state = trainer.args, trainer.state
+    trl = trainer.trl_trainer()
+    text = (
+        f"Trained with `aer_trl.{type(args).trainer_name}` (TRL's `{trl.__name__}` with AER), method `{args.method}`, "
+        f"for {state.global_step} optimizer steps of {args.num_generations} completions per prompt, at most "
+        f"{args.max_completion_length} tokens each, learning rate {args.learning_rate:g}."
+    )
+    if aer:
+        cb = trainer.aer_callback
+        fmt = lambda v: "n/a" if v is None else f"{v:.4g}"  # noqa: E731
+        text += (
+            f" At the end: α = {fmt(cb.alpha)}, H0 = {fmt(cb.initial_entropy)} and H* = {fmt(cb.target)} nats "
+            f"(ρ {args.aer_rho:g}, τ {args.aer_tau:g}, η {args.aer_eta:g})."
+        )
+    if type(args).trainer_kind == "async_grpo":
+        lags: dict[int, float] = {}
+        for entry in state.log_history:
+            for key, value in entry.items():
+                if key.startswith("aer/lag/") and key.endswith("/samples"):
+                    lag = int(key.split("/")[2])
+                    lags[lag] = lags.get(lag, 0.0) + value
+        trained = ", ".join(f"{int(n)} at lag {k}" for k, n in sorted(lags.items()))
+        text += f" Rollouts were up to max_staleness = {args.max_staleness} policy versions old" + (
+            f"; samples trained: {trained}." if trained else "."
+        )
+    return text
 
 
 def run_name(trainer) -> str:
@@ -113,7 +164,8 @@ def write_model_card(trainer, model_name=None, tags=None, **kwargs) -> None:
     hub_base, local_base = _base_model(trainer)
     # TRL links a Hub base model; for a local folder (or none) its template writes [None](https://huggingface.co/None)
     if hub_base:
-        note = f" (here from `{local_base}`)" if local_base else ""
+        source = trainer.aer_card.get("base_model_source")
+        note = f" (here from {source})" if source else " (here from a local copy)" if local_base else ""
         card = card.replace(
             f"a fine-tuned version of [None]({HUB}/None)",
             f"a fine-tuned version of [{hub_base}]({HUB}/{hub_base}){note}",
@@ -124,16 +176,25 @@ def write_model_card(trainer, model_name=None, tags=None, **kwargs) -> None:
         card = card.replace(f"a fine-tuned version of [None]({HUB}/None)", _local_base(local_base))
     # the usage snippet loads this model: TRL writes its Hub id, "None" for a run that does not push
     card = card.replace('model="None"', f'model="{trainer.hub_model_id or trainer.args.output_dir}"')
+    card = usage_snippet(card, trainer.aer_card.get("example_prompt"), trainer.args.max_completion_length)
     if not telemetry:
         with open(path, "w") as f:
             f.write(card)
         return
     card = clean_front_matter(card)  # AER's card; with AER's outputs off the card stays TRL's, byte for byte
+    card = card.replace("## Training procedure\n", f"## Training procedure\n\n{training_procedure(trainer, aer)}\n", 1)
     cb = trainer.aer_callback
     fmt = lambda v: "n/a" if v is None else f"{v:.6g}"  # noqa: E731
     rows = [
         ("method", f"`{method}`: {spec.help}"),
-        ("base model", f"`{hub_base or local_base}`" if hub_base or local_base else "n/a"),
+        (
+            "base model",
+            f"`{hub_base}`"
+            if hub_base
+            else f"`{os.path.basename(os.path.normpath(local_base))}`"
+            if local_base
+            else "n/a",
+        ),  # fmt: skip
         (
             "training data",
             trainer.aer_card.get("data_description") or (f"`{dataset_name}`" if dataset_name else "n/a"),

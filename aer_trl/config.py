@@ -13,7 +13,7 @@ from trl.trainer.utils import get_config_model_id
 
 from .compat import has_activation_checkpointing
 from .config_checks import check_aer_fields, resolve_method
-from .config_docs import AER_GROUPS, BASELINE_GROUPS, documented
+from .config_docs import AER_GROUPS, BASELINE_GROUPS, documented, documented_config
 from .core_algos import rollout_steps
 from .families import family
 from .methods import get_method, methods
@@ -347,7 +347,7 @@ class AERArguments:
         return cls(**{**values, **aer_fields})
 
 
-@documented(BASELINE_GROUPS)
+@documented_config(BASELINE_GROUPS)
 @dataclass
 class AERGRPOConfig(AERArguments, GRPOConfig):
     r"""

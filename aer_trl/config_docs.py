@@ -64,3 +64,19 @@ def documented(groups: dict[str, list[str]]):
         return cls
 
     return document
+
+
+def documented_config(groups: dict[str, list[str]] | None = None):
+    """A class decorator (above `@dataclass`) for an AER config: its docstring's "Parameters:" section holds AER's
+    fields (`AER_GROUPS`), the config's own (`groups`), then every group of the TRL config it extends, as TRL's
+    docstring gives them, so `help(AERRLOOConfig)` describes every field it takes, in TRL's layout."""
+
+    def document(cls: type) -> type:
+        own = parameters_doc(cls, {**AER_GROUPS, **(groups or {})})
+        trl_doc = cls.trl_config().__doc__ or ""
+        _, found, trl_groups = trl_doc.partition("Parameters:\n")
+        trl_title = f"        > Parameters of TRL's `{cls.trl_config().__name__}` (every one applies)\n\n"
+        cls.__doc__ = (cls.__doc__ or "") + own + ("\n" + trl_title + trl_groups if found else "")
+        return cls
+
+    return document

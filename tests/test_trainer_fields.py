@@ -91,3 +91,22 @@ def test_the_async_trainers_own_settings_are_refused_where_nothing_acts_on_them(
 
 def test_the_docs_table_is_the_generated_one():
     assert settings_table() in DOCS.read_text(), "docs/usage.md: paste aer_trl.config_docs.settings_table()"
+
+
+@pytest.mark.parametrize("kind", list(FAMILIES))
+def test_help_of_every_config_lists_aers_fields_and_trls_and_every_trainer_shows_trls_signature(kind):
+    """`help(AERRLOOConfig)` describes AER's fields, the config's own and TRL's, in TRL's "Parameters:" layout; the
+    trainer's signature is the TRL trainer's (inspect, IDEs that read it, `help()`)."""
+    import importlib
+    import inspect
+
+    cls = _config_class(kind)
+    doc = cls.__doc__
+    assert doc.count("Parameters:") == 1 and f"> Parameters of TRL's `{cls.trl_config().__name__}`" in doc
+    for name in [f.name for f in fields(cls) if is_aer_field(cls, f.name)] + ["num_generations", "temperature"]:
+        assert f"\n        {name} (`" in doc, name
+    module, name = family(kind).trainer.split(":")
+    trainer = getattr(importlib.import_module(f"aer_trl.{module}"), name)
+    trl = trainer.trl_trainer()
+    assert inspect.signature(trainer.__init__) == inspect.signature(trl.__init__)
+    assert {"train_dataset", "processing_class", "peft_config"} <= set(inspect.signature(trainer).parameters)

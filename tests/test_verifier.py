@@ -3,6 +3,7 @@ a stuck check is killed and counted, a dead worker is replaced without losing an
 formats data sets use."""
 
 import os
+import threading
 
 import pytest
 
@@ -316,3 +317,26 @@ def test_gold_answers_parse_in_the_formats_data_sets_use(gold, parses):
 def test_gsm8k_gold_drops_the_thousands_separator(pool):
     out = pool.check([{"text": "\\boxed{1234}", "gold": "so the total is\n#### 1,234"}], timeout=30.0)
     assert out == [(1.0, "ok")]
+
+
+def test_math_verifys_no_timeout_line_is_not_printed_where_the_package_sets_the_limit(caplog):
+    """Off the main thread (the local rollout worker's rewards), a gold answer is parsed without math-verify's own
+    limit; math-verify then warns that "you must provide the logic for timeout interruption yourself", which reads as
+    the opposite of the package's hard limit. That one line is dropped; math-verify's other messages are not."""
+    import logging
+
+    from aer_trl.app.verifier import _parse
+
+    done = []
+    with caplog.at_level(logging.WARNING):
+        worker = threading.Thread(target=lambda: done.append(_parse("$\\frac{1}{2}$", 5)))
+        worker.start()
+        worker.join()
+        logging.getLogger("math_verify.parser").warning("another message")
+    assert done and done[0]
+    assert "Timeout is disabled" not in caplog.text and "another message" in caplog.text
+    from aer_trl.app.verifier import _NoTimeoutLine
+
+    record = logging.LogRecord("math_verify.parser", logging.WARNING, "", 0, "Timeout is disabled as ...", (), None)
+    assert not _NoTimeoutLine().filter(record)  # whether or not math-verify had already said it in this process
+    assert any(isinstance(f, _NoTimeoutLine) for f in logging.getLogger("math_verify.parser").filters)

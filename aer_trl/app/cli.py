@@ -19,32 +19,76 @@ TRACEBACK_ENV = "AER_TRACEBACK"
 
 USAGE = {
     "aer-train": """usage: aer-train --config NAME|PATH [--KEY VALUE ...]
+       accelerate launch -m aer_trl.app.run --config NAME|PATH [--KEY VALUE ...]   (several processes, DeepSpeed)
 
-  --config NAME|PATH  a shipped recipe by name, e.g. smollm2_135m_instruct/gsm8k/aer (CPU, a few minutes), or a
-                      YAML file of your own; every key below can be given as a flag and overrides the recipe
-  --list              print the shipped training recipes, one line each
-  (accelerate launch -m aer_trl.app.run ... for several processes or DeepSpeed; docs/usage.md)
+Adaptive Entropy Regularization on TRL's GRPO, RLOO or asynchronous GRPO trainer.
+
+example (a CPU, a few minutes):
+  aer-train --config smollm2_135m_instruct/gsm8k/aer --max_steps 2 --output_dir runs/try
+
+  --config NAME|PATH  a shipped recipe by name (--list), or a YAML file of your own; every setting can also be
+                      given as a flag (--KEY VALUE), which overrides the recipe
+  --list              the shipped training recipes, CPU ones first
+  --help-all          every setting with its help: the script's, TRL's ModelConfig and the trainer's config
 """,
     "aer-evaluate": """usage: aer-evaluate --config NAME|PATH [--KEY VALUE ...]
        aer-evaluate --models PATH ... --benchmarks NAME|FILE ... [--KEY VALUE ...]
 
-  --config NAME|PATH  a shipped evaluation recipe by name, e.g. eval/paper, or a YAML file of your own
-  --list              print the shipped evaluation recipes, one line each
+  --config NAME|PATH  a shipped evaluation recipe by name (--list; eval/cpu runs on a laptop), or a YAML file
+  --list              print the shipped evaluation recipes, CPU ones first
+  --benchmarks        built-in data sets by name: {data}; or a local .jsonl/.json/.parquet file, or a Hub id
 """,
 }
 
 
+def _wrap(text: str, indent: int) -> str:
+    import textwrap
+
+    return textwrap.fill(text, 119, initial_indent=" " * indent, subsequent_indent=" " * indent)
+
+
 def usage(prog: str) -> str:
-    return USAGE[prog]
+    """The first lines of a command's help (the whole of `aer-train --help`: `train_help`)."""
+    from .data_names import MATH_TABLES
+
+    return USAGE[prog].replace("{data}", ", ".join(MATH_TABLES))
+
+
+def train_help() -> str:
+    """`aer-train --help`: the usage and an example, the trainer choice, AER's settings by group, the built-in data
+    sets, and where the full list is (`--help-all`). Imports neither TRL nor the data libraries: it answers at once."""
+    from ..config_docs import AER_GROUPS, ASYNC_GROUPS, BASELINE_GROUPS
+    from ..families import FAMILIES
+    from .data_names import MATH_TABLES
+
+    lines = [usage("aer-train"), "the trainer (trainer: KIND in a recipe, or --trainer KIND):"]
+    lines += [f"  {kind:<11} {f.trainer_name} on {f.trl_trainer}" for kind, f in FAMILIES.items()]
+    lines += ["", "AER's settings (--help-all, or help(aer_trl.AERGRPOConfig), describes each):"]
+    groups = {**AER_GROUPS, **BASELINE_GROUPS, **ASYNC_GROUPS}
+    for title, names in groups.items():
+        title = title.removeprefix("Parameters of ").removeprefix("Parameters that ")
+        lines.append(_wrap(f"{title}: {', '.join(names)}", 2))
+    lines += ["", "data (dataset_name):", _wrap(
+        f"a built-in data set by name ({', '.join(MATH_TABLES)}), a registered source, a Hub id (owner/name) or a "
+        "local .jsonl/.json/.parquet file with a question and an answer column", 2
+    )]  # fmt: skip
+    lines += ["", "threads on a CPU: the cores the load leaves free; AER_CPU_THREADS=N sets them (docs/lab.md)"]
+    return "\n".join(lines)
 
 
 def front_door(prog: str, argv: list[str], kind: str) -> list[str] | None:
     """What a command line does before anything heavy is imported: `--list` prints the shipped recipes of `kind` and
-    returns None (nothing to run); `--help` prints the usage lines first (TRL's parser prints every key after them);
-    a `--config` that names a shipped recipe becomes its path. Returns the arguments to parse."""
+    returns None (nothing to run); `aer-train --help` prints `train_help` and returns None, `--help-all` (and
+    `aer-evaluate --help`) the usage lines first, then TRL's parser prints every key after them; a `--config` that
+    names a shipped recipe becomes its path. Returns the arguments to parse."""
     if "--list" in argv:
         print(list_recipes(kind))
         return None
+    if prog == "aer-train" and ("-h" in argv or "--help" in argv):
+        print(train_help())
+        return None
+    if "--help-all" in argv:
+        argv = ["--help" if arg == "--help-all" else arg for arg in argv]
     if "-h" in argv or "--help" in argv:
         print(usage(prog))
     return resolve_config(argv, kind)

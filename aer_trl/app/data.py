@@ -26,6 +26,7 @@ from pyarrow import ArrowInvalid
 
 from ..card import hub_dataset_id as card_hub_id
 from ..plugins import Registry
+from .data_names import KNOWN_DATA, LOCAL_FORMATS, MATH_TABLES, MathTable
 from .prompts import BOXED_INSTRUCTION, PromptArguments, PromptFormat, draw_shots, format_prompt, solved_text
 from .rewards import parse_gold
 
@@ -46,38 +47,6 @@ __all__ = [
 
 QUESTION_COLUMNS = ("problem", "question", "prompt")
 ANSWER_COLUMNS = ("answer", "solution")
-
-
-@dataclass(frozen=True)
-class MathTable:
-    hub_id: str
-    config: str | None = None
-    split: str = "train"
-    filter_year: int | None = None  # AI-MO/aimo-validation-amc holds several years: keep one
-    packaged: str | None = None  # a file shipped in aer_trl/app/data_files/ (read instead of the Hub)
-
-
-MATH_TABLES: dict[str, MathTable] = {
-    # training sets
-    "deepscaler": MathTable("agentica-org/DeepScaleR-Preview-Dataset"),
-    "dapo-math-17k": MathTable("open-r1/DAPO-Math-17k-Processed", config="en"),
-    # evaluation sets
-    "aime24": MathTable("HuggingFaceH4/aime_2024"),
-    "aime25": MathTable("HuggingFaceH4/aime_2025"),
-    "amc23": MathTable("math-ai/amc23", split="test"),
-    "amc23-aimo": MathTable("AI-MO/aimo-validation-amc", filter_year=2023),
-    "math500": MathTable("HuggingFaceH4/MATH-500", split="test"),
-    "gsm8k": MathTable("openai/gsm8k", config="main", split="test"),
-    # 12 rows of GSM8K's test split (from rows 1200-1318, MIT license), shipped with the package: the CPU recipe's
-    # data, found without the repository or the Hub
-    "gsm8k-sample": MathTable("openai/gsm8k", config="main", split="test", packaged="gsm8k_sample.jsonl"),
-}
-
-LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-KNOWN_DATA = (
-    f"Known names: {', '.join(sorted(MATH_TABLES))}; a Hub data set is owner/name (e.g. openai/gsm8k); a local file "
-    f"ends in {'/'.join(LOCAL_FORMATS)}"
-)
 
 
 def hub_offline() -> bool:

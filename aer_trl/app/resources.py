@@ -43,24 +43,59 @@ def shipped_recipes(kind: str = "train", package: str = "aer_trl") -> dict[str, 
 
 
 def describe_recipe(path: Path) -> str:
-    """A recipe's one-line description: its first comment line; a generated one's says what it changes and the
-    setting of the aer.yaml it is generated from."""
+    """A recipe's description: the first sentence of its header comment (whole, however many lines it takes); a
+    generated one's says what it changes and the setting of the aer.yaml it is generated from."""
     lines = [line[1:].strip() for line in path.read_text().splitlines() if line.startswith("#")]
     if not lines or not lines[0].startswith("GENERATED"):
-        return next((line for line in lines if line), "")
+        return _first_sentence(lines)
     change = lines[0].split(": ", 1)[-1].split(". Do not edit")[0]  # "method 'grpo'", "AER on RLOO (trainer: rloo)"
     setting = describe_recipe(path.with_name("aer.yaml"))
     return f"{change}: {setting.removeprefix('AER on ')}"
 
 
+def _first_sentence(comment: list[str]) -> str:
+    """The first sentence of a header comment's opening paragraph (its lines up to a blank or indented one)."""
+    import re
+
+    paragraph = []
+    for line in comment:
+        if not line or line.startswith(("accelerate ", "aer-", "python ")):
+            if paragraph:
+                break
+            continue
+        paragraph.append(line)
+    text = " ".join(paragraph)
+    end = re.search(r"\.(\s|$)", text)
+    return text[: end.start() + 1] if end else text
+
+
+def runs_on_cpu(path: Path) -> bool:
+    """Whether a recipe is one for a CPU: it sets `use_cpu: true` (training) or `backend: transformers` (an evaluation
+    recipe the package ships for a laptop)."""
+    lines = [line for line in path.read_text().splitlines() if ":" in line and not line.startswith(("#", " "))]
+    keys = {line.split(":", 1)[0]: line.split(":", 1)[1].split("#")[0].strip() for line in lines}
+    return keys.get("use_cpu") == "true" or keys.get("backend") == "transformers"
+
+
 def list_recipes(kind: str = "train", width: int = 119) -> str:
-    """Every shipped recipe of a kind, one line each: its name and its description, cut to `width`."""
+    """Every shipped recipe of a kind, grouped by the hardware it is for (a CPU's first), each with its whole
+    description, wrapped to `width` under its name."""
+    import textwrap
+
     rows = shipped_recipes(kind)
     pad = max(map(len, rows), default=0) + 2
-    lines = []
+    groups = {"on a CPU (a laptop; minutes)": [], "on GPUs": []}
     for name, path in rows.items():
-        line = f"{name:<{pad}}{describe_recipe(path)}"
-        lines.append(line if len(line) <= width else line[: width - 1] + "…")
+        groups["on a CPU (a laptop; minutes)" if runs_on_cpu(path) else "on GPUs"].append((name, path))
+    lines = []
+    for title, members in groups.items():
+        if not members:
+            continue
+        lines += [f"{title}:" if not lines else f"\n{title}:"]
+        for name, path in members:
+            text = textwrap.wrap(describe_recipe(path), width - pad - 2) or [""]
+            lines.append(f"  {name:<{pad}}{text[0]}")
+            lines += [" " * (pad + 2) + more for more in text[1:]]
     return "\n".join(lines)
 
 

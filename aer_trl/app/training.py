@@ -15,7 +15,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from pathlib import Path
 
-from ..callbacks import AERCallback, replace_progress_bar
+from ..callbacks import AERCallback, replace_progress_bar, use_compact_log_lines
 from ..config import AERArguments
 from ..hardware import cpu_threads, env_count
 from ..settings import shaping_settings
@@ -26,7 +26,7 @@ from .evaluation import PassAtKCallback
 from .evaluation.engine_samplers import engine_sampler
 from .evaluation.harness import check_model
 from .files import unlock
-from .gguf import base_model_id, resolve_model
+from .gguf import base_model_id, base_model_source, resolve_model
 from .rewards import resolve_reward_funcs, rewards
 from .trainers import TRAINERS, check_recipe_for, config_class_for, recipe_keys, recipe_trainer, trainer_class_for
 
@@ -127,6 +127,7 @@ def use_cpu_cores(training_args: AERArguments) -> int | None:
 
     if not (training_args.use_cpu or not torch.cuda.is_available()):
         return None
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")  # what DeepSpeed picks here anyway, without a warning that says so
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # set by the launcher
     threads = env_count("AER_CPU_THREADS")
     if threads is None:
@@ -183,8 +184,7 @@ def _train(script_args, training_args, model_args=None, resume: str | None = Non
         model_name = resolve_model(model_args.model_name_or_path)
     else:
         model_name = source.default_model(script_args, training_args)
-    data_description = source.card_text(script_args.dataset_name, prompt_format)
-    logger.info("training data: %s", data_description)
+    data_description = source.card_text(script_args.dataset_name, prompt_format)  # printed once, below
 
     model_init_kwargs = dict(
         revision=model_args.model_revision,
@@ -220,14 +220,18 @@ def _train(script_args, training_args, model_args=None, resume: str | None = Non
         peft_config=get_peft_config(model_args),
         callbacks=[*callbacks, *extra],
     )
+    given = model_args.model_name_or_path
     trainer.aer_card.update(  # what its model card says, in every card it writes (a push's too)
         dataset_name=hub_dataset_id(script_args.dataset_name) or script_args.dataset_name,
         data_description=data_description,
-        base_model=base_model_id(model_args.model_name_or_path) if model_args.model_name_or_path else None,
+        base_model=base_model_id(given) if given else None,
+        base_model_source=base_model_source(given) if given else None,
+        example_prompt=dataset[0]["prompt"] if len(dataset) else None,  # the usage snippet's prompt
     )
     if callbacks:
         callbacks[0].sampler_factory = validation_sampler(script_args, training_args, trainer)
     replace_progress_bar(trainer)
+    use_compact_log_lines(trainer)  # one short line per log step; every value is in metrics.jsonl
     for cb in trainer.callback_handler.callbacks:  # a resume on another model, LoRA, data, prompts or rewards says so
         if isinstance(cb, AERCallback) and cb.settings is not None:
             cb.settings.update(

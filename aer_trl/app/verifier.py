@@ -279,6 +279,23 @@ def _cpu_alarms() -> None:
     _CPU_ALARMS = True
 
 
+class _NoTimeoutLine(logging.Filter):
+    """Drops math-verify's "Timeout is disabled ... you must provide the logic for timeout interruption yourself":
+    said where this module parses without math-verify's own limit (off the main thread), which is where the limit is
+    this module's (the pool's hard limit on answers; gold answers are trusted data, parsed once): the line would read
+    as the opposite of what the package does."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Timeout is disabled")
+
+
+def _quiet_math_verify() -> None:
+    for name in ("math_verify.parser", "math_verify.grader"):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _NoTimeoutLine) for f in log.filters):
+            log.addFilter(_NoTimeoutLine())
+
+
 def _parse(text: str, timeout: int) -> list:
     """math-verify's `parse` under its own limit of `timeout` seconds. In a worker that is CPU time (`_cpu_alarms`).
     Off the main thread, where SIGALRM cannot work, there is none (the pool's hard limit applies). On the training
@@ -290,6 +307,7 @@ def _parse(text: str, timeout: int) -> list:
     if _CPU_ALARMS:
         return parse(text, parsing_timeout=timeout)
     if threading.current_thread() is not threading.main_thread():
+        _quiet_math_verify()
         return parse(text, parsing_timeout=None)
     for _ in range(3):
         wall, cpu = time.monotonic(), time.thread_time()
