@@ -90,6 +90,36 @@ def test_the_wheel_installed_elsewhere_trains_a_shipped_cpu_recipe(tmp_path):
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert "aer_trl.AERRLOOTrainer" in (elsewhere / "rloo" / "README.md").read_text()
     assert "aer/alpha" in (elsewhere / "rloo" / "metrics.jsonl").read_text()
+    # the README, run as a user would from the wheel in a folder without the checkout: every command of its laptop
+    # section names what the wheel ships (each trainer's recipe trained, sized down; the CPU evaluation), and its
+    # Python example runs as written
+    commands = [line.split("#")[0].split() for line in readme_block("## On a laptop, from the wheel", "bash")]
+    configs = [
+        c[c.index("--config") + 1] for c in commands if c[:1] in (["aer-train"], ["aer-evaluate"]) and "--config" in c
+    ]
+    assert configs == [f"{recipe_name}", f"{recipe_name}_rloo", f"{recipe_name}_async", "eval/cpu"]
+    trained = run(str(venv / "bin" / "aer-train"), "--config", f"{recipe_name}_async", "--output_dir", "async", *size)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "AERAsyncGRPOTrainer" in (elsewhere / "async" / "README.md").read_text()
+    lines = trained.stdout + trained.stderr
+    assert "step 1/1 | loss " in lines and "{'loss'" not in lines  # one short line per step, not the metrics dict
+    evaluated = run(str(venv / "bin" / "aer-evaluate"), "--config", "eval/cpu", "--models", "out", "--num_samples",
+                    "2", "--k_list", "1", "2", "--max_new_tokens", "8", "--max_problems", "2")  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert (elsewhere / "runs" / "eval" / "cpu" / "metrics.json").is_file()
+    example = "\n".join(readme_block("## Use it like GRPOTrainer", "python"))
+    assert "tests/" not in example and "recipes/" not in example  # nothing of the checkout
+    ran = run(str(python), "-c", example)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert (elsewhere / "runs" / "readme-aer" / "metrics.jsonl").is_file()
+    assert not list((elsewhere / "runs" / "readme-aer").glob("checkpoint-*"))  # no 1.6 GB checkpoint it never said
+
+
+def readme_block(heading: str, language: str) -> list[str]:
+    """The lines of the first ```language block under `heading` in the README."""
+    text = (ROOT / "README.md").read_text().split(heading, 1)[1]
+    block = text.split(f"```{language}\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
 
 
 def test_requires_python_is_no_lower_than_what_the_dependencies_need():
