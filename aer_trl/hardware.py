@@ -1,6 +1,6 @@
 """What this machine runs fast: the advice the trainer gives a user whose settings would run many times slower here
 than they need to (logged once at start, never acted on: the user's settings are kept), and how many of its cores a
-run is told to use (`cpu_threads`: the cores a busy machine leaves free; `env_count`: AER_CPU_THREADS,
+run is told to use (`busy_cores`, `cpu_threads`: the cores a busy machine leaves free; `env_count`: AER_CPU_THREADS,
 AER_VERIFY_WORKERS)."""
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def cpu_bf16_warning(device, bf16: bool, model) -> str | None:
 
 
 def cpu_threads(cores: int, load: float | None, processes: int = 1) -> tuple[int, str | None]:
-    """The torch threads each of a run's `processes` gets on a CPU of `cores` cores whose 1-minute load (the other
-    jobs) is `load`: its share of the cores the load leaves free, at least 1, and, where the load took threads away,
+    """The torch threads each of a run's `processes` gets on a CPU of `cores` cores of which `load` are busy with
+    other work (`busy_cores`): its share of the cores left free, at least 1, and, where the load took threads away,
     what to tell the user. Threads that spin against another job's on the same cores make both far slower: measured on
     2 busy cores, one SmolLM2-135M RLOO step took 258 s with 2 threads and 58 s with 1 (docs/lab.md)."""
     share = max(1, cores // processes)
@@ -52,10 +52,23 @@ def cpu_threads(cores: int, load: float | None, processes: int = 1) -> tuple[int
     if threads == share:
         return share, None
     return threads, (
-        f"the CPU is busy (load {load:.1f} on {cores} cores): this run uses {threads} thread(s) per process instead "
-        f"of {share}, since threads that spin against another job's run several times slower (measured: 258 s "
-        "against 58 s a step on 2 busy cores). AER_CPU_THREADS=N sets the count"
+        f"the CPU is busy ({load:.1f} of {cores} cores in use by other work): this run uses {threads} thread(s) per "
+        f"process instead of {share}, since threads that spin against another job's run several times slower "
+        "(measured: 258 s against 58 s a step on 2 busy cores). AER_CPU_THREADS=N sets the count"
     )
+
+
+def busy_cores(interval: float = 0.5) -> float | None:
+    """How many of the machine's cores other work keeps busy now: the CPU time used in the next `interval` seconds
+    (this process waits meanwhile), in cores. Not the 1-minute load average, which lags: a run started just after
+    another job ended would take fewer threads than the idle machine has, for the whole run. None where it cannot be
+    read."""
+    try:
+        import psutil
+
+        return psutil.cpu_percent(interval=interval) / 100 * (os.cpu_count() or 1)
+    except (ImportError, OSError, RuntimeError):
+        return None
 
 
 def env_count(name: str) -> int | None:

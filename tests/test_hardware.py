@@ -21,7 +21,7 @@ def test_a_cpu_run_takes_the_cores_the_load_leaves_free(cores, load, processes, 
     got, note = cpu_threads(cores, load, processes)
     assert got == threads and (note is not None) == warned
     if warned:
-        assert "AER_CPU_THREADS" in note and f"load {load:.1f} on {cores} cores" in note
+        assert "AER_CPU_THREADS" in note and f"({load:.1f} of {cores} cores in use by other work)" in note
 
 
 @pytest.mark.parametrize(("value", "count"), [(None, None), ("", None), ("0", None), ("3", 3), (" 2 ", 2)])

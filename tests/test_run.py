@@ -44,3 +44,23 @@ def test_the_command_line_logs_the_packages_info_lines(tmp_path, monkeypatch):
         assert package.getEffectiveLevel() == logging.ERROR
     finally:
         package.setLevel(before)  # later tests read the package's warnings from caplog
+
+
+def test_the_command_line_hides_only_the_deprecations_other_libraries_raise_from_their_own_calls(monkeypatch):
+    """TRL 1.16 reads `model.is_gradient_checkpointing`, which transformers 5 deprecates: a user of aer-train cannot
+    act on it, so the command line does not show it (docs/upstream.md); any other FutureWarning still shows, and a
+    user who sets PYTHONWARNINGS gets every warning."""
+    import warnings
+
+    from aer_trl.app.logs import configure_logging
+
+    monkeypatch.delenv("PYTHONWARNINGS", raising=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.resetwarnings()
+        configure_logging()
+        warnings.warn_explicit(
+            "`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning, "x.py", 1,
+            module="transformers.modeling_utils",
+        )  # fmt: skip
+        warnings.warn_explicit("something else is deprecated", FutureWarning, "x.py", 2, module="transformers.x")
+    assert [str(w.message) for w in seen] == ["something else is deprecated"]

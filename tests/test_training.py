@@ -223,9 +223,11 @@ def test_cpu_runs_use_the_machines_cores(tmp_path, monkeypatch):
         torch.set_num_threads(1)  # what `accelerate launch` leaves a CPU child with (OMP_NUM_THREADS=1)
         monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
         monkeypatch.delenv("AER_CPU_THREADS", raising=False)
-        monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # idle cores: all of them
+        import psutil
+
+        monkeypatch.setattr(psutil, "cpu_percent", lambda interval: 0.0)  # idle cores: all of them
         assert use_cpu_cores(config) == (os.cpu_count() or 1) == torch.get_num_threads()
-        monkeypatch.setattr(os, "getloadavg", lambda: (float(os.cpu_count() or 1), 0.0, 0.0))  # busy: one thread
+        monkeypatch.setattr(psutil, "cpu_percent", lambda interval: 100.0)  # every core busy: one thread
         assert use_cpu_cores(config) == 1 == torch.get_num_threads()
         monkeypatch.setenv("AER_CPU_THREADS", "1")
         assert use_cpu_cores(config) == 1 == torch.get_num_threads()

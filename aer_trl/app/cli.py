@@ -72,7 +72,7 @@ def train_help() -> str:
         f"a built-in data set by name ({', '.join(MATH_TABLES)}), a registered source, a Hub id (owner/name) or a "
         "local .jsonl/.json/.parquet file with a question and an answer column", 2
     )]  # fmt: skip
-    lines += ["", "threads on a CPU: the cores the load leaves free; AER_CPU_THREADS=N sets them (docs/lab.md)"]
+    lines += ["", "threads on a CPU: the cores other work leaves free; AER_CPU_THREADS=N sets them (docs/lab.md)"]
     return "\n".join(lines)
 
 

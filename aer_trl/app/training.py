@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..callbacks import AERCallback, replace_progress_bar, use_compact_log_lines
 from ..config import AERArguments
-from ..hardware import cpu_threads, env_count
+from ..hardware import busy_cores, cpu_threads, env_count
 from ..settings import shaping_settings
 from .checkpoints import RUN_LOCK, check_fresh_start, check_resume_adapter, lock_output_dir, resolve_resume
 from .cli import check_keys
@@ -121,8 +121,8 @@ def check_model_given(source, model_args) -> None:
 def use_cpu_cores(training_args: AERArguments) -> int | None:
     """On CPU, use the machine's free cores: `accelerate launch` sets OMP_NUM_THREADS=1 in its child processes (1.33x
     slower per step on 2 idle cores), and all the cores beside another job run several times slower. Each process gets
-    its share of the cores the 1-minute load leaves free (`hardware.cpu_threads`, with a warning where the load took
-    some away); `AER_CPU_THREADS` overrides."""
+    its share of the cores other work leaves free now (`hardware.busy_cores`, `hardware.cpu_threads`, with a warning
+    where it took some away); `AER_CPU_THREADS` overrides."""
     import torch
 
     if not (training_args.use_cpu or not torch.cuda.is_available()):
@@ -131,11 +131,7 @@ def use_cpu_cores(training_args: AERArguments) -> int | None:
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))  # set by the launcher
     threads = env_count("AER_CPU_THREADS")
     if threads is None:
-        try:
-            load = os.getloadavg()[0]
-        except (AttributeError, OSError):  # no load average on this platform
-            load = None
-        threads, busy = cpu_threads(os.cpu_count() or 1, load, local)
+        threads, busy = cpu_threads(os.cpu_count() or 1, busy_cores(), local)
         if busy and int(os.environ.get("LOCAL_RANK", "0")) == 0:
             logger.warning(busy)
     if torch.get_num_threads() != threads:
