@@ -51,6 +51,11 @@ class LossCapture:
     entropies: torch.Tensor | None = None
 
 
+def _trl_base(cls: type) -> type | None:
+    """The TRL trainer in `cls`'s bases (the first class of TRL's that names its tags), None for a mixin alone."""
+    return next((c for c in cls.__mro__ if c.__module__.startswith("trl.") and "_tag_names" in vars(c)), None)
+
+
 class AERTrainerBase(ResumeMixin):
     """What every AER trainer has whatever its seams (`AERTrainerMixin` for GRPO and RLOO, `AERAsyncGRPOTrainer`):
     one constructor, the controller's callback, the model card and the aer/* values in each training log; the trainer
@@ -68,7 +73,7 @@ class AERTrainerBase(ResumeMixin):
         arguments, passed through to TRL's constructor (a class without a constructor of its own gets one that calls
         the shared one)."""
         super().__init_subclass__(**kwargs)
-        trl = next((c for c in cls.__mro__ if c.__module__.startswith("trl.") and "_tag_names" in vars(c)), None)
+        trl = _trl_base(cls)
         if trl is None:  # a mixin without a TRL trainer yet (AERTrainerMixin)
             return
         if "__init__" not in vars(cls):
@@ -101,7 +106,7 @@ class AERTrainerBase(ResumeMixin):
                 f"trainer.create_model_card({', '.join(f'{k}=...' for k in card_fields)}) (remembered for later cards "
                 "and pushes)"
             )
-        self.aer_card: dict = {}  # what `create_model_card` was told: dataset_name, data_description, base_model
+        self.aer_card: dict = {}  # what `create_model_card` was told (`card.CARD_FIELDS`), for every later card
         args = self.config_class.for_trainer(args, model)  # a plain TRL config is converted (with a warning)
         missing = [c for c in args.trainer_requirements() if not isinstance(self, c)]
         if missing:
@@ -147,7 +152,7 @@ class AERTrainerBase(ResumeMixin):
     @classmethod
     def trl_trainer(cls) -> type:
         """The TRL trainer this adapter extends (`GRPOTrainer`, `RLOOTrainer`, `AsyncGRPOTrainer`)."""
-        return next(c for c in cls.__mro__ if c.__module__.startswith("trl.") and "_tag_names" in vars(c))
+        return _trl_base(cls)
 
     @property
     def aer_callback(self) -> AERCallback:

@@ -283,11 +283,16 @@ class CompactPrinterCallback(PrinterCallback):
             print(log_line(state, logs), flush=True)
 
 
+def _has_own_bar(callbacks) -> bool:
+    """Whether a bar of the user's own (a `ProgressCallback` subclass) is among `callbacks`."""
+    return any(isinstance(cb, ProgressCallback) and type(cb) is not ProgressCallback for cb in callbacks)
+
+
 def use_compact_log_lines(trainer) -> None:
     """transformers' default bar (or printer) among a trainer's callbacks becomes its compact one, where no bar of
     the user's own (a `ProgressCallback` subclass) is there."""
     callbacks = trainer.callback_handler.callbacks
-    if any(isinstance(cb, ProgressCallback) and type(cb) is not ProgressCallback for cb in callbacks):
+    if _has_own_bar(callbacks):
         return
     for default, compact in ((ProgressCallback, CompactProgressCallback), (PrinterCallback, CompactPrinterCallback)):
         for cb in [cb for cb in callbacks if type(cb) is default]:
@@ -299,6 +304,6 @@ def replace_progress_bar(trainer) -> None:
     """A `transformers.ProgressCallback` subclass among a trainer's callbacks (a bar of one's own: the demo's names its
     phase and shows a few numbers instead of printing every log dict) replaces transformers' default bar."""
     callbacks = trainer.callback_handler.callbacks
-    if any(isinstance(cb, ProgressCallback) and type(cb) is not ProgressCallback for cb in callbacks):
+    if _has_own_bar(callbacks):
         for cb in [cb for cb in callbacks if type(cb) is ProgressCallback]:
             trainer.remove_callback(cb)
