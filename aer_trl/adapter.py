@@ -30,7 +30,7 @@ from .core import AERCore
 from .hardware import cpu_bf16_warning
 from .methods import get_method
 from .resume import ResumeMixin
-from .upstream.vllm_engine import EngineDriftGuard, vllm_for_trainer
+from .upstream.vllm_engine import EngineDriftGuard
 
 logger = logging.getLogger(__name__)
 
@@ -184,8 +184,12 @@ class AERTrainerMixin(AERTrainerBase):
     _loss_capture: LossCapture | None = None
 
     def _build_trl(self, model, reward_funcs, args, *pos_args, **kwargs) -> None:
-        with vllm_for_trainer(self, model, args):  # aer_trl.upstream.vllm_engine: the engine's dtype, CPU fixes
-            super()._build_trl(model, reward_funcs, args, *pos_args, **kwargs)
+        """TRL's constructor, building `upstream.trl_vllm.AERVLLMGeneration` where it builds its vLLM engine (the
+        engine in the trainer's dtype; on the CPU, syncs that reach vLLM's kernels). TRL's module is left as it is."""
+        from .upstream.trl_vllm import constructor_with_engine
+
+        trl_init = constructor_with_engine(self.trl_trainer().__init__, args)
+        trl_init(self, model, reward_funcs, args, *pos_args, **kwargs)
 
     # ------------------------------------------------------------------------------------------------ controller
     @contextmanager

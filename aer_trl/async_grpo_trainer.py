@@ -42,7 +42,8 @@ from .async_grpo_config import AERAsyncGRPOConfig
 from .atomic import atomic_write
 from .families import family
 from .metrics import log_rollout
-from .upstream.trl_async import peak_flops_per_device, use_tree_attention_by_device, with_names
+from .upstream.rebind import with_names
+from .upstream.trl_async import peak_flops_per_device, use_tree_attention_by_device
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ class AERAsyncGRPOTrainer(AERTrainerBase, AsyncGRPOTrainer):
     _name = "AER-AsyncGRPO"
     _aer_micro = 0  # micro-steps trained, for the controller's once-per-optimizer-step cadence
 
-    # TRL's constructor and data loader, one module-level name each bound to ours (`upstream.trl_async.with_names`):
+    # TRL's constructor and data loader, one module-level name each bound to ours (`upstream.rebind.with_names`):
     # - `get_peak_flops_per_device`: TRL's asks `torch.cuda` for the device's name, which raises off CUDA (a CPU
     #   run); ours returns None there (no MFU logged) and TRL's value on CUDA;
     # - `DataCollatorForRollout`: TRL's collator plus each trained token's group accuracy and policy version

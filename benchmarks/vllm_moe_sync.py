@@ -9,7 +9,8 @@ install-vllm), ~30 s a run:
 
     .venv-vllm/bin/python benchmarks/vllm_moe_sync.py --sync trl                 # the bug: ~0.44
     .venv-vllm/bin/python benchmarks/vllm_moe_sync.py --sync reload              # reload alone: ~0.44
-    .venv-vllm/bin/python benchmarks/vllm_moe_sync.py --sync reload --fix_experts  # both fixes: ~2e-7
+    .venv-vllm/bin/python benchmarks/vllm_moe_sync.py --sync reload --fix_experts  # both fixes: ~5e-7
+    .venv-vllm/bin/python benchmarks/vllm_moe_sync.py --arch dense --loader stock   # vLLM's repack: the load fails
 """
 
 from __future__ import annotations
@@ -44,12 +45,29 @@ def per_expert(named):
             yield name, tensor
 
 
+@contextlib.contextmanager
+def plain_reload(llm):
+    """vLLM's reload path alone (`reload_weights(weights_iterator=...)`), without the MoE fix."""
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+    runner = llm.llm_engine.model_executor.driver_worker.model_runner
+    initialize_layerwise_reload(runner.get_model())
+    try:
+        yield
+    finally:
+        finalize_layerwise_reload(runner.get_model(), runner.model_config)
+        vllm_support.cpu_kernels_read_weights(runner.get_model())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", choices=["moe", "dense"], default="moe")
     parser.add_argument("--expert_size", type=int, default=32, help="a size not a multiple of 32 is padded by vLLM")
     parser.add_argument("--sync", choices=["trl", "reload"], default="trl")
-    parser.add_argument("--fix_experts", action="store_true", help="vLLM's fix: experts processed on every update")
+    parser.add_argument(
+        "--fix_experts", action="store_true", help="with --sync reload: MoE kernels rebuilt by the reload (aer_trl's)"
+    )
+    parser.add_argument("--loader", choices=["aer", "stock"], default="aer", help="stock: vLLM's CPU repack")
     parser.add_argument("--names", choices=["fused", "per_expert"], default="fused")
     parser.add_argument("--perturb", default="", help="only parameters whose name contains this (default: all)")
     args = parser.parse_args()
@@ -63,8 +81,9 @@ def main():
     folder = tempfile.mkdtemp()
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    with vllm_support.cpu_linear_weights_kept():  # the dense-layer fix aer_trl applies at build time
-        llm = LLM(model=folder, dtype="float32", enforce_eager=True, max_model_len=128, seed=0)
+    # the dense-layer fix: linear layers keep their weights (`--loader stock`: vLLM's own loader, which drops them)
+    load_format = vllm_support.updatable_cpu_loader() if args.loader == "aer" else "auto"
+    llm = LLM(model=folder, dtype="float32", enforce_eager=True, max_model_len=128, seed=0, load_format=load_format)
     ids = tokenizer("3+4=", add_special_tokens=False).input_ids
 
     @torch.no_grad()
@@ -85,11 +104,10 @@ def main():
         named = ((n, p.data) for n, p in model.named_parameters())
         weights = per_expert(named) if args.names == "per_expert" else named
         with contextlib.ExitStack() as stack:
-            if args.sync == "reload":
-                stack.enter_context(vllm_support.cpu_linear_weights_kept())
-                stack.enter_context(vllm_support.layerwise_reload(llm))
-            if args.fix_experts:
-                stack.enter_context(vllm_support.moe_experts_processed_on_update())
+            if args.sync == "reload" and args.fix_experts:
+                stack.enter_context(vllm_support.reloaded_on_cpu(llm))  # the reload path, MoE kernels rebuilt
+            elif args.sync == "reload":
+                stack.enter_context(plain_reload(llm))
             for name, tensor in weights:
                 runner.model.load_weights([(name, tensor)])  # TRL's colocate loop
         llm.reset_prefix_cache()

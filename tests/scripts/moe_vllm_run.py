@@ -19,7 +19,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-import aer_trl.upstream.vllm_engine  # noqa: E402
 from aer_trl import AERGRPOTrainer, AERRLOOConfig, AERRLOOTrainer  # noqa: E402
 from aer_trl.upstream.vllm_engine import EngineDriftError  # noqa: E402
 from tests import helpers  # noqa: E402
@@ -53,9 +52,6 @@ def main():
     path = root / "model"
     helpers.make_moe_model(tokenizer, hidden_size=128, expert_size=args.expert_size).save_pretrained(path)
     tokenizer.save_pretrained(path)
-    if args.no_sync:
-        no_sync = lambda generation: setattr(generation, "sync_weights", lambda: None)  # noqa: E731
-        aer_trl.upstream.vllm_engine.synced_through_reload = no_sync
     rloo = args.trainer == "rloo"
     config = helpers.make_config(
         root / "run",
@@ -76,6 +72,8 @@ def main():
         train_dataset=helpers.make_dataset(),
         processing_class=tokenizer,
     )
+    if args.no_sync:  # the engine keeps the initial policy: TRL's sync (and AER's fix around it) never runs
+        trainer.vllm_generation.sync_weights = lambda: None
     result = {}
     try:
         trainer.train()
