@@ -108,3 +108,89 @@ def test_transformers_trains_one_step_past_max_steps_when_a_finished_run_is_resu
     again = helpers.make_trainer(tokenizer, GRPOConfig(**kwargs), trainer_class=GRPOTrainer)
     again.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
     assert again.state.global_step == 3  # stock: one step past max_steps=2
+
+
+def test_transformers_progress_bar_writes_every_logged_metric_each_step():
+    """transformers: `ProgressCallback.on_log` writes the whole log dict, every metric, at each logging step (with
+    AER's and TRL's telemetry, over a thousand characters a step). Fix: one short line
+    (`callbacks.CompactProgressCallback`, a `ProgressCallback` subclass), every value still in the log history."""
+    from transformers import TrainerState
+    from transformers.trainer_callback import ProgressCallback
+
+    from aer_trl.callbacks import CompactProgressCallback
+
+    logs = {"loss": 0.0123, "reward": 0.5, "entropy": 0.61, "aer/alpha": 0.02, "learning_rate": 1e-6}
+    logs.update({f"rewards/reward_{i}/mean": 0.25 for i in range(40)})  # TRL's per-reward telemetry, and more
+    state = TrainerState(global_step=3, max_steps=10)
+    state.is_world_process_zero = True
+    written = {}
+    for callback in (ProgressCallback(), CompactProgressCallback()):
+        callback.training_bar = SimpleNamespace(write=lambda text, c=callback: written.setdefault(type(c), text))
+        callback.on_log(None, state, None, logs=dict(logs))
+    stock, compact = written[ProgressCallback], written[CompactProgressCallback]
+    assert all(key in stock for key in logs) and len(stock) > 1000  # every metric, every step
+    assert compact.startswith("step 3/10 | loss 0.0123") and len(compact) < 150 and "rewards/" not in compact
+
+
+def test_transformers_restores_a_stateful_callback_only_when_asked_and_then_from_the_checkpoints_arguments():
+    """transformers: `Trainer._load_callback_state` restores stateful callbacks (`ExportableState`) only with
+    `restore_callback_states_from_checkpoint` (off by default), and when it does, it rebuilds each from the
+    checkpoint's arguments, so a setting the resumed run was given is replaced by the checkpoint's. For AER's
+    controller both are wrong: its α and H0 are optimisation state, to restore on every resume, and its settings are
+    this run's. The fix, per callback (`ResumeMixin._load_callback_state`), is tested in tests/test_resume.py."""
+    from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState
+    from transformers.trainer_callback import CallbackHandler, ExportableState
+
+    class Controller(TrainerCallback, ExportableState):
+        def __init__(self, tau=1.0):
+            self.tau, self.alpha = tau, 0.0
+
+        def state(self):
+            return {"args": {"tau": self.tau}, "attributes": {"alpha": self.alpha}}
+
+    def resumed(restore: bool) -> Controller:
+        saved = Controller(tau=1.0)
+        saved.alpha = 0.37  # where the run stood at its checkpoint
+        live = Controller(tau=2.0)  # the resumed run's own setting
+        trainer = SimpleNamespace(
+            args=SimpleNamespace(restore_callback_states_from_checkpoint=restore),
+            state=TrainerState(stateful_callbacks={"Controller": saved.state()}),
+            control=TrainerControl(),
+            callback_handler=CallbackHandler([live], None, None, None, None),
+        )
+        Trainer._load_callback_state(trainer)
+        return next(cb for cb in trainer.callback_handler.callbacks if isinstance(cb, Controller))
+
+    by_default = resumed(restore=False)
+    assert (by_default.alpha, by_default.tau) == (0.0, 2.0)  # the controller starts over: α lost
+    asked = resumed(restore=True)
+    assert (asked.alpha, asked.tau) == (0.37, 1.0)  # α back, but the run's own τ replaced by the checkpoint's
+
+
+def test_trl_saves_the_rollout_position_only_for_its_own_rollout_worker(tmp_path, monkeypatch):
+    """TRL: `AsyncGRPOTrainer._save_checkpoint` writes `rollout_state.json` (the next prompt, the policy version) only
+    where the rollout worker is TRL's own `AsyncRolloutWorker` (an isinstance check); any other worker, built to
+    TRL's `RolloutWorkerProtocol`, gets no position saved, and a resume starts it from prompt 0 and version 0. Fix:
+    the adapter's `_save_checkpoint` / `_inner_training_loop` for its local worker, tested end to end by
+    tests/test_async_grpo.py::test_a_killed_async_run_resumes_its_controller_prompt_order_and_versions."""
+    from transformers import Trainer
+    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+
+    monkeypatch.setattr(Trainer, "_save_checkpoint", lambda self, model, trial: None)  # the test's: weights aside
+
+    def saved_position(worker) -> bool:
+        trainer = trl_async.AsyncGRPOTrainer.__new__(trl_async.AsyncGRPOTrainer)  # TRL's method on a bare instance
+        trainer.accelerator = SimpleNamespace(is_main_process=True)
+        trainer.state = SimpleNamespace(global_step=2)
+        trainer._get_output_dir = lambda trial: str(tmp_path / type(worker).__name__)
+        trainer.rollout_worker, trainer._trained_groups, trainer.model_version = worker, {0, 1}, 2
+        trl_async.AsyncGRPOTrainer._save_checkpoint(trainer, None, None)
+        return (tmp_path / type(worker).__name__ / "checkpoint-2" / "rollout_state.json").is_file()
+
+    trls = AsyncRolloutWorker.__new__(AsyncRolloutWorker)
+    trls._loop_kwargs = {"dataset_start_index": 0}
+
+    class OwnWorker:  # any other worker (the protocol's methods do not matter to the check)
+        pass
+
+    assert saved_position(trls) and not saved_position(OwnWorker())
