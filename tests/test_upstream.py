@@ -194,3 +194,42 @@ def test_trl_saves_the_rollout_position_only_for_its_own_rollout_worker(tmp_path
         pass
 
     assert saved_position(trls) and not saved_position(OwnWorker())
+
+
+def test_trl_counts_max_staleness_at_the_queue_while_accelerate_trains_a_sample_one_version_later():
+    """TRL: `RolloutQueueDataset` applies `max_staleness` (and logs `sample/staleness_*`) when a sample leaves the
+    queue, but accelerate's `DataLoaderShard` fetches one batch ahead of the one it yields, so the next step's sample
+    is checked before the optimizer step that trains on the current one publishes a new version. With a worker that
+    always samples with the newest weights and `max_staleness=0`, every sample is counted at staleness 0 and every
+    one after the first is trained one version old (docs/design.md §5b measured the same in the staleness study). A
+    plain torch loader, which fetches only what it yields, trains each at lag 0. No fix in the package: a finding
+    (docs/upstream.md #5), and the reason `local_rollout_lag` is at least 1."""
+    from collections import defaultdict
+
+    from accelerate.data_loader import DataLoaderShard
+    from torch.utils.data import DataLoader
+
+    def lags_trained(loader_class) -> tuple[list[int], list[float]]:
+        version, metrics = [0], defaultdict(list)
+
+        class NewestWeightsWorker:  # the queue as the trainer sees it: a sample by the newest version when asked
+            def get(self, timeout=None):
+                row = {"input_ids": [1], "completion_mask": [1], "old_log_probs": [0], "advantage": 0, "metrics": {}}
+                return SimpleNamespace(model_version=version[0], enqueued_at=None, group_id=version[0], **row)
+
+            def qsize(self):
+                return 0
+
+        dataset = trl_async.RolloutQueueDataset(
+            NewestWeightsWorker(), lambda: version[0], lambda stale_after_s: None, 60.0, metrics, max_staleness=0
+        )
+        loader = loader_class(dataset, batch_size=None, collate_fn=lambda row: row["group_id"])  # sampled at
+        lags = []
+        for _, sampled_at in zip(range(4), loader):
+            lags.append(version[0] - sampled_at)  # the version it is trained at, less the one that sampled it
+            version[0] += 1  # the optimizer step publishes the next version
+        return lags, metrics["sample/staleness_max"]
+
+    lags, counted = lags_trained(DataLoaderShard)
+    assert counted[:4] == [0.0] * 4 and lags == [0, 1, 1, 1]  # stock: counted 0, trained at lag 1
+    assert lags_trained(DataLoader)[0] == [0, 0, 0, 0]  # no lookahead: trained as counted
