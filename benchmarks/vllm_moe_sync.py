@@ -9,7 +9,7 @@ install-vllm), ~30 s a run:
 
     .venv-vllm/bin/python benchmarks/vllm_moe_sync.py --sync trl                 # the bug: ~0.44
     .venv-vllm/bin/python benchmarks/vllm_moe_sync.py --sync reload              # reload alone: ~0.44
-    .venv-vllm/bin/python benchmarks/vllm_moe_sync.py --sync reload --fix_experts  # both fixes: ~5e-7
+    .venv-vllm/bin/python benchmarks/vllm_moe_sync.py --sync reload --fix_experts  # both fixes: ~2e-7
     .venv-vllm/bin/python benchmarks/vllm_moe_sync.py --arch dense --loader stock   # vLLM's repack: the load fails
 """
 
